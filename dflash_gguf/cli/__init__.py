@@ -1,0 +1,54 @@
+"""Command-line entry point: parse, call one library function, render.
+
+Every command module registers itself on ``app`` at import. ``main`` maps library errors
+to one line on stderr and the class's exit code (docs/exit-codes.md); set DFLASH_DEBUG=1
+to see the traceback instead.
+"""
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+
+import typer
+
+from ..errors import DflashError, Interrupted
+from ._app import app
+from ._common import err
+
+# Command groups, one module each. A module that does not exist yet is simply absent.
+_COMMAND_MODULES = ("convert", "inspect", "quantize", "checks", "compare", "parity")
+for _name in _COMMAND_MODULES:
+    try:
+        importlib.import_module(f"{__name__}.{_name}")
+    except ModuleNotFoundError as exc:  # only tolerate the module itself being missing
+        if exc.name != f"{__name__}.{_name}":
+            raise
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the CLI; returns (and, as a console script, exits with) the exit code."""
+    args = sys.argv[1:] if argv is None else list(argv)
+    debug = os.environ.get("DFLASH_DEBUG") == "1"
+    try:
+        result = app(args=args, prog_name="dflash-gguf", standalone_mode=False)
+        code = result if isinstance(result, int) else 0
+    except DflashError as exc:
+        if debug:
+            raise
+        err.print(f"error: {exc}", markup=False)
+        code = exc.exit_code
+    except typer.Exit as exc:
+        code = exc.exit_code
+    except typer.Abort:
+        err.print(f"error: {Interrupted.__doc__}", markup=False)
+        code = Interrupted.exit_code
+    except typer.TyperException as exc:  # typer's vendored click usage errors (exit 2)
+        exc.show(file=sys.stderr)
+        code = exc.exit_code
+    except KeyboardInterrupt:
+        err.print(f"error: {Interrupted.__doc__}", markup=False)
+        code = Interrupted.exit_code
+    if argv is None:
+        sys.exit(code)
+    return code

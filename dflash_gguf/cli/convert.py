@@ -1,0 +1,142 @@
+"""`convert` and `retarget`: parse flags, call the library, render the plan / summary."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.table import Table
+
+from ..convert import ConvertResult, convert, plan_conversion, retarget
+from ..formats import FORMATS
+from ..plan import OUTTYPES, ConversionPlan
+from ._app import app
+from ._common import byte_progress, out, print_json, warn
+
+FormatOpt = Annotated[str, typer.Option("--format", "-f", help=f"Output flavour: {', '.join(FORMATS)}.")]
+ForceOpt = Annotated[bool, typer.Option("--force", help="Overwrite OUT if it exists.")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON on stdout.")]
+DryRunOpt = Annotated[bool, typer.Option("--dry-run", help="Print the plan; write nothing.")]
+
+
+@app.command("convert")
+def convert_cmd(
+    drafter_dir: Annotated[Path, typer.Argument(help="Drafter dir: config.json + model.safetensors (or sharded index).")],
+    output: Annotated[Optional[Path], typer.Option("-o", "--outfile", help="Output GGUF path.")] = None,
+    format: FormatOpt = "llama.cpp",
+    outtype: Annotated[str, typer.Option("--outtype", "-t", help=f"{', '.join(OUTTYPES)}; norms and 1-D stay F32.")] = "auto",
+    target_gguf: Annotated[Optional[Path], typer.Option("--target-gguf", help="Target model GGUF: tokenizer.* copied.")] = None,
+    target_dir: Annotated[Optional[Path], typer.Option("--target-dir", help="Target Hugging Face dir: vocab built from its tokenizer.")] = None,
+    dry_run: DryRunOpt = False,
+    json_out: JsonOpt = False,
+    force: ForceOpt = False,
+) -> None:
+    """Convert a DFlash drafter checkpoint (safetensors + config.json) to GGUF.
+
+    Example: dflash-gguf convert z-lab/Qwen3-8B-DFlash-b16 --target-gguf Qwen3-8B.gguf -o drafter.gguf
+    """
+    outtype = outtype.lower()
+    if dry_run:
+        _, _, plan, notes = plan_conversion(drafter_dir, format=format, outtype=outtype,
+                                            target_gguf=target_gguf, target_dir=target_dir)
+        if json_out:
+            print_json({**plan.to_json(), "target_checks": notes})
+        else:
+            render_plan(plan)
+        return
+    if output is None:
+        raise typer.BadParameter("missing -o OUT.gguf (or pass --dry-run)", param_hint="-o")
+    _, _, plan, _ = plan_conversion(drafter_dir, format=format, outtype=outtype,
+                                    target_gguf=target_gguf, target_dir=target_dir)
+    with byte_progress(plan.total_bytes, f"converting → {output.name}", enabled=not json_out) as advance:
+        result = convert(drafter_dir, output, format=format, outtype=outtype, target_gguf=target_gguf,
+                         target_dir=target_dir, force=force, progress=advance)
+    if json_out:
+        print_json(_result_json(result))
+    else:
+        render_summary(result)
+
+
+@app.command("retarget")
+def retarget_cmd(
+    src: Annotated[Path, typer.Argument(help="An existing drafter GGUF (any of the four formats).")],
+    output: Annotated[Optional[Path], typer.Option("-o", "--outfile", help="Output GGUF path.")] = None,
+    format: FormatOpt = "llama.cpp",
+    dry_run: DryRunOpt = False,
+    json_out: JsonOpt = False,
+    force: ForceOpt = False,
+) -> None:
+    """Rewrite a drafter GGUF into another runtime's format; tensor bytes are not touched.
+
+    Fixes "unknown model architecture" and wrong tap offsets without re-converting.
+    """
+    result = retarget(src, output, format=format, force=force, dry_run=dry_run)
+    if json_out:
+        print_json({"source_format": result.source_format, "format": result.target_format, "architecture": result.arch,
+                    "tensors": [{"from": a, "to": b} for a, b in result.renamed],
+                    "output": None if result.written is None else str(result.written.path)})
+        return
+    out.print(f"{src.name}: [bold]{result.source_format}[/bold] → [bold]{result.target_format}[/bold] "
+              f"(architecture {result.arch})")
+    changed = [(a, b) for a, b in result.renamed if a != b]
+    for a, b in changed:
+        out.print(f"  {a} → {b}", markup=False)
+    out.print(f"  {len(result.renamed)} tensors, {len(changed)} renamed, bytes unchanged", markup=False)
+    if result.written is not None:
+        out.print(f"wrote {result.written.path} ({result.written.file_size:,} bytes)", markup=False)
+
+
+def render_plan(plan: ConversionPlan) -> None:
+    out.print(f"[bold]plan[/bold]: format {plan.format}, architecture {plan.arch}, outtype {plan.outtype}")
+    kv = Table(title="metadata", show_lines=False)
+    for c in ("key", "type", "value"):
+        kv.add_column(c)
+    for item in plan.kvs:
+        j = item.to_json()
+        kv.add_row(j["key"], j["type"], _short(j["value"]))
+    out.print(kv)
+    tt = Table(title=f"tensors ({len(plan.tensors)}, {plan.total_bytes:,} bytes)")
+    for c in ("source", "GGUF name", "shape (ne)", "type", "why"):
+        tt.add_column(c)
+    for t in plan.tensors:
+        tt.add_row(t.src or "(generated)", t.dst, str(list(reversed(t.shape))), t.ggml_type.name, t.reason)
+    out.print(tt)
+    _render_notes(plan)
+
+
+def render_summary(result: ConvertResult) -> None:
+    plan, w = result.plan, result.written
+    types: dict[str, int] = {}
+    for t in plan.tensors:
+        types[t.ggml_type.name] = types.get(t.ggml_type.name, 0) + 1
+    out.print(f"[bold green]wrote[/bold green] {w.path}  ({w.file_size:,} bytes)")
+    out.print(f"  format        {plan.format}  (general.architecture = {plan.arch})", markup=False)
+    out.print(f"  tensors       {w.n_tensors}  ({', '.join(f'{n} {k}' for k, n in sorted(types.items()))})", markup=False)
+    out.print(f"  metadata      {w.n_kv} keys", markup=False)
+    delta = plan.taps_stored[0] - plan.taps_zlab[0] if plan.taps_zlab else 0
+    how = "+1 applied: stored as layer-input ids" if delta == 1 else "stored unchanged (layer-output ids)"
+    out.print(f"  target layers z-lab {list(plan.taps_zlab)} → file {list(plan.taps_stored)}  ({how})", markup=False)
+    src = plan.sources
+    out.print(f"  rope theta    from {src.get('rope_theta')}; block_size from {src.get('block_size')}; "
+              f"taps from {src.get('target_layer_ids')}", markup=False)
+    for note in result.target_checks:
+        out.print(f"  target        {note}", markup=False)
+    _render_notes(plan)
+
+
+def _render_notes(plan: ConversionPlan) -> None:
+    for name, why in plan.dropped:
+        warn(f"dropped {name}: {why}")
+    for w in plan.warnings:
+        warn(w)
+
+
+def _short(v) -> str:
+    s = str(v)
+    return s if len(s) <= 80 else s[:77] + "..."
+
+
+def _result_json(result: ConvertResult) -> dict:
+    w = result.written
+    return {**result.plan.to_json(), "target_checks": result.target_checks,
+            "output": {"path": str(w.path), "file_size": w.file_size, "n_tensors": w.n_tensors, "n_kv": w.n_kv}}

@@ -1,0 +1,42 @@
+"""`inspect`: what a drafter GGUF is, in both tap conventions."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from ..inspect import inspect_gguf
+from ._app import app
+from ._common import out, print_json
+
+
+@app.command("inspect")
+def inspect_cmd(
+    path: Annotated[Path, typer.Argument(help="A GGUF file.")],
+    json_out: Annotated[bool, typer.Option("--json", help="Print machine-readable JSON on stdout.")] = False,
+) -> None:
+    """Show a GGUF's format, metadata, tensors and (for drafters) its taps in both conventions."""
+    info = inspect_gguf(path)
+    if json_out:
+        print_json(info.to_json())
+        return
+    out.print(f"[bold]{path}[/bold]: architecture {info.arch}, format {info.format or 'not a DFlash drafter'}")
+    if info.taps_zlab is not None:
+        out.print(f"  taps (z-lab, output of layer L):      {list(info.taps_zlab)}", markup=False)
+        out.print(f"  taps (llama.cpp, input of layer L+1): {[i + 1 for i in info.taps_zlab]}", markup=False)
+        out.print(f"  stored in the file:                   {list(info.taps_stored)}", markup=False)
+    kv = Table(title=f"metadata ({len(info.kvs)})")
+    for c in ("key", "type", "value"):
+        kv.add_column(c)
+    for j in info.kvs:
+        s = str(j["value"])
+        kv.add_row(j["key"], j["type"], s if len(s) <= 80 else s[:77] + "...")
+    out.print(kv)
+    tt = Table(title=f"tensors ({len(info.tensors)})")
+    for c in ("name", "ne", "type", "bytes"):
+        tt.add_column(c)
+    for t in info.tensors:
+        tt.add_row(t["name"], str(t["ne"]), t["type"], f"{t['nbytes']:,}")
+    out.print(tt)

@@ -1,0 +1,150 @@
+"""convert and retarget: the two ways a drafter GGUF is produced.
+
+convert:  config.json + safetensors (+ target tokenizer) → plan → one tensor at a time → GGUF.
+retarget: GGUF in one format → DrafterMeta → the same tensors, renamed, bytes untouched.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+from gguf import GGMLQuantizationType as Q
+
+from .config import DrafterConfig, load_config
+from .errors import TargetError, UsageError
+from .formats import Format, get_format, meta_from_gguf
+from .gguf_read import read_gguf
+from .gguf_write import TensorOut, WriteReport, write_gguf
+from .plan import ROPE_FREQS, ConversionPlan, TensorPlan, build_plan, llama3_rope_factors
+from .safetensors_io import SourceTensor, read_inventory, read_raw, to_f32
+
+
+@dataclass(frozen=True)
+class ConvertResult:
+    plan: ConversionPlan
+    config: DrafterConfig
+    written: WriteReport | None  # None for a dry run
+    target_checks: list[str] = field(default_factory=list)
+
+
+def plan_conversion(
+    drafter_dir: str | Path,
+    *,
+    format: str = "llama.cpp",
+    outtype: str = "auto",
+    target_gguf: str | Path | None = None,
+    target_dir: str | Path | None = None,
+) -> tuple[DrafterConfig, list[SourceTensor], ConversionPlan, list[str]]:
+    """Load and validate everything; returns (config, inventory, plan, target notes)."""
+    fmt = get_format(format)
+    if target_gguf and target_dir:
+        raise UsageError("pass only one of --target-gguf and --target-dir")
+    cfg = load_config(drafter_dir)
+    inventory = read_inventory(drafter_dir)
+    tokenizer, target_hidden, notes = [], None, []
+    if target_gguf or target_dir:
+        from . import tokenizer as tok
+
+        target = tok.target_from_gguf(target_gguf) if target_gguf else tok.target_from_hf_dir(target_dir)
+        notes = list(tok.check_drafter_fits(target, cfg) or [])
+        tokenizer, target_hidden = list(target.kvs), target.hidden_size
+    elif fmt.needs_tokenizer:
+        raise TargetError(
+            f"--format {fmt.name} needs the target's tokenizer; pass --target-gguf T.gguf (the target as GGUF) "
+            "or --target-dir T/ (its Hugging Face dir), or use --format lucebox which needs none"
+        )
+    plan = build_plan(cfg, fmt, inventory, outtype, tokenizer=tokenizer, target_hidden=target_hidden,
+                      name=Path(drafter_dir).resolve().name)
+    return cfg, inventory, plan, notes
+
+
+def convert(
+    drafter_dir: str | Path,
+    out: str | Path | None,
+    *,
+    format: str = "llama.cpp",
+    outtype: str = "auto",
+    target_gguf: str | Path | None = None,
+    target_dir: str | Path | None = None,
+    force: bool = False,
+    dry_run: bool = False,
+    progress: Callable[[int], None] | None = None,
+) -> ConvertResult:
+    """Convert a drafter checkpoint to one GGUF (atomic, deterministic, streaming)."""
+    cfg, inventory, plan, notes = plan_conversion(drafter_dir, format=format, outtype=outtype,
+                                                  target_gguf=target_gguf, target_dir=target_dir)
+    if dry_run:
+        return ConvertResult(plan, cfg, None, notes)
+    if out is None:
+        raise UsageError("convert needs -o OUT.gguf (or --dry-run)")
+    by_name = {t.name: t for t in inventory}
+    tensors = [TensorOut(p.dst, p.shape, p.ggml_type, p.nbytes, _producer(p, by_name, cfg)) for p in plan.tensors]
+    report = write_gguf(out, plan.arch, plan.kvs, tensors, force=force, progress=progress)
+    return ConvertResult(plan, cfg, report, notes)
+
+
+def _producer(p: TensorPlan, by_name: dict[str, SourceTensor], cfg: DrafterConfig) -> Callable[[], np.ndarray]:
+    if p.src is None:
+        assert p.dst == ROPE_FREQS
+        return lambda: llama3_rope_factors(cfg)
+    src = by_name[p.src]
+    return lambda: encode(src, p.ggml_type)
+
+
+def encode(src: SourceTensor, qtype: Q) -> np.ndarray:
+    """Read one source tensor and encode it as ``qtype`` (typed array or raw block bytes)."""
+    raw = read_raw(src)
+    if qtype == Q.BF16 and src.dtype == "BF16":
+        return raw.view(np.uint8)  # identical bit layout: pass the bytes through
+    if qtype == Q.F16 and src.dtype == "F16":
+        return raw
+    x = to_f32(src, raw)
+    del raw
+    if qtype == Q.F32:
+        return x
+    from .quants import quantize  # bit-exact ggml encodings (f16/bf16 included)
+
+    return quantize(x, qtype, name=src.name)
+
+
+# --- retarget ----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class RetargetResult:
+    source_format: str
+    target_format: str
+    arch: str
+    renamed: list[tuple[str, str]]
+    written: WriteReport | None
+
+
+def retarget(
+    src: str | Path,
+    out: str | Path | None,
+    *,
+    format: str,
+    force: bool = False,
+    dry_run: bool = False,
+    progress: Callable[[int], None] | None = None,
+) -> RetargetResult:
+    """Rewrite a drafter GGUF into another format: keys re-spelled, tensors renamed, bytes untouched."""
+    to_fmt: Format = get_format(format)
+    f = read_gguf(src)
+    from_fmt, meta = meta_from_gguf(f.kvs, f.shapes(), src)
+    arch, kvs = to_fmt.kvs(meta)
+    renamed, tensors = [], []
+    for t in f.tensors:
+        new = to_fmt.rename_from(from_fmt, t.name)
+        if new is None:
+            new = t.name  # not a drafter-table tensor (e.g. rope_freqs, d2t): keep its name
+        renamed.append((t.name, new))
+        tensors.append(TensorOut(new, t.shape, t.ggml_type, t.nbytes, (lambda e=t: f.raw(e))))
+    if dry_run:
+        return RetargetResult(from_fmt.name, to_fmt.name, arch, renamed, None)
+    if out is None:
+        raise UsageError("retarget needs -o OUT.gguf (or --dry-run)")
+    if Path(out).resolve() == Path(src).resolve():
+        raise UsageError("retarget would overwrite its input; choose another -o path")
+    report = write_gguf(out, arch, kvs, tensors, force=force, progress=progress)
+    return RetargetResult(from_fmt.name, to_fmt.name, arch, renamed, report)

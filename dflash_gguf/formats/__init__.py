@@ -1,0 +1,185 @@
+"""The four drafter GGUF spellings (one module per runtime family) and the two ways into a
+DrafterMeta: from a config.json (convert) and from an existing GGUF (retarget, inspect,
+checks, compare).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Mapping, Sequence
+
+from gguf import GGUFValueType as T
+from gguf import RopeScalingType
+
+from ..config import DrafterConfig
+from ..errors import GGUFFormatError, UsageError
+from ..gguf_write import KV
+from .base import DrafterMeta, Format
+from .dflash_draft import DFLASH_DRAFT
+from .llama_cpp import MAINLINE, PR22105_FORMAT
+from .lucebox import LUCEBOX
+
+FORMATS: dict[str, Format] = {f.name: f for f in (MAINLINE, PR22105_FORMAT, DFLASH_DRAFT, LUCEBOX)}
+DRAFTER_ARCHS = ("dflash", "dflash-draft", "qwen35-dflash-draft", "gemma4-dflash-draft")
+
+__all__ = ["FORMATS", "DrafterMeta", "Format", "get_format", "detect_format", "meta_from_config", "meta_from_gguf"]
+
+
+def get_format(name: str) -> Format:
+    try:
+        return FORMATS[name]
+    except KeyError:
+        raise UsageError(f"unknown --format {name!r}; choose one of: {', '.join(FORMATS)}") from None
+
+
+def detect_format(arch: str, keys: Mapping[str, object] | Sequence[str], tensor_names: Sequence[str] = ()) -> Format | None:
+    """The format a file is written in, from its architecture, keys and tensor names; None if
+    it is not a DFlash drafter."""
+    keys = set(keys)
+    if arch == "dflash":
+        if "dflash.target_layers" in keys or "enc.output_norm.weight" in tensor_names:
+            return MAINLINE
+        if "dflash.target_layer_ids" in keys or "hidden_norm.weight" in tensor_names:
+            return PR22105_FORMAT
+        return MAINLINE
+    if arch == "dflash-draft":
+        return DFLASH_DRAFT
+    if arch in LUCEBOX.archs:
+        return LUCEBOX
+    return None
+
+
+# --- config.json -> DrafterMeta (the converter's choices mirror llama.cpp's DFlashModel) ---
+def meta_from_config(
+    cfg: DrafterConfig,
+    *,
+    n_target_features: int,
+    tokenizer: Sequence[KV] = (),
+    file_type: int | None = None,
+    name: str | None = None,
+    flavor: str | None = None,
+) -> DrafterMeta:
+    raw = cfg.raw
+    hp: list[tuple[str, object, T, T | None]] = []
+
+    def add(suffix: str, value: object, typ: T, sub: T | None = None) -> None:
+        hp.append((suffix, value, typ, sub))
+
+    add("block_count", cfg.num_hidden_layers, T.UINT32)
+    if cfg.max_position_embeddings is not None:
+        add("context_length", cfg.max_position_embeddings, T.UINT32)
+    add("embedding_length", cfg.hidden_size, T.UINT32)
+    add("feed_forward_length", cfg.intermediate_size, T.UINT32)
+    add("attention.head_count", cfg.num_attention_heads, T.UINT32)
+    add("attention.head_count_kv", cfg.num_key_value_heads, T.UINT32)
+    if cfg.is_causal is not None:
+        add("attention.causal", bool(cfg.is_causal), T.BOOL)
+    rs = cfg.rope_scaling
+    if rs is not None:
+        if rs.type == "linear":
+            add("rope.scaling.type", RopeScalingType.LINEAR.value, T.STRING)
+            add("rope.scaling.factor", rs.factor, T.FLOAT32)
+        elif rs.type == "yarn":
+            add("rope.scaling.type", RopeScalingType.YARN.value, T.STRING)
+            add("rope.scaling.factor", rs.factor, T.FLOAT32)
+            add("rope.scaling.original_context_length", rs.original_context_length, T.UINT32)
+            for src_key, suffix in (("extrapolation_factor", "yarn_ext_factor"), ("attention_factor", "yarn_attn_factor"),
+                                    ("attn_factor", "yarn_attn_factor"), ("beta_fast", "yarn_beta_fast"),
+                                    ("beta_slow", "yarn_beta_slow")):
+                if src_key in rs.params and not any(s == f"rope.scaling.{suffix}" for s, *_ in hp):
+                    add(f"rope.scaling.{suffix}", rs.params[src_key], T.FLOAT32)
+        elif rs.type in ("longrope", "su"):
+            add("rope.scaling.type", RopeScalingType.LONGROPE.value, T.STRING)
+        # llama3: the runtime reads a rope_freqs tensor instead (added by the plan).
+    add("rope.freq_base", cfg.rope_theta, T.FLOAT32)
+    add("attention.layer_norm_rms_epsilon", cfg.rms_norm_eps, T.FLOAT32)
+    if raw.get("head_dim") is not None:
+        add("attention.key_length", cfg.head_dim, T.UINT32)
+        add("attention.value_length", cfg.head_dim, T.UINT32)
+    if cfg.partial_rotary_factor is not None:
+        add("rope.dimension_count", cfg.rope_dim, T.UINT32)
+    dflash = raw.get("dflash_config") or {}
+    if dflash.get("attention_value_scale") is not None:
+        add("attention.value_scale", float(dflash["attention_value_scale"]), T.FLOAT32)
+    if cfg.output_multiplier is not None:
+        add("logit_scale", cfg.output_multiplier, T.FLOAT32)
+    if cfg.final_logit_softcapping is not None:
+        add("final_logit_softcapping", cfg.final_logit_softcapping, T.FLOAT32)
+    if cfg.input_embedding_scale is not None:
+        add("embedding_scale", cfg.input_embedding_scale, T.FLOAT32)
+    if cfg.sliding_window:
+        add("attention.sliding_window", cfg.sliding_window, T.UINT32)
+        if dflash.get("use_swa"):
+            pattern = [True] * cfg.num_hidden_layers
+        else:
+            pattern = [t == "sliding_attention" for t in (cfg.layer_types or ())]
+        if pattern:  # llama.cpp's writer drops an empty array; so do we
+            add("attention.sliding_window_pattern", pattern, T.ARRAY, T.BOOL)
+
+    general = [KV("general.type", "model", T.STRING)]
+    if name:
+        general.append(KV("general.name", name, T.STRING))
+    dflash2 = {}
+    if cfg.is_dflash2:
+        dflash2 = {k: getattr(cfg, k) for k in ("conv_kernel_size", "conv_group_size", "selector_rank", "selector_top_k")}
+    if flavor is None:
+        flavor = "gemma4" if (cfg.final_logit_softcapping is not None or "gemma" in cfg.model_type) else "qwen35"
+    return DrafterMeta(
+        taps=cfg.target_layer_ids,
+        block_size=cfg.block_size,
+        mask_token_id=cfg.mask_token_id,
+        n_target_features=n_target_features,
+        vocab_size=cfg.vocab_size,
+        general=general,
+        hparams=hp,
+        dflash2=dflash2,
+        tokenizer=list(tokenizer),
+        file_type=file_type,
+        quantization_version=2,
+        flavor=flavor,
+    )
+
+
+# --- GGUF keys -> DrafterMeta ---------------------------------------------------------------
+def meta_from_gguf(
+    kvs: Mapping[str, KV], tensors: Mapping[str, tuple[int, ...]], path: str | Path = ""
+) -> tuple[Format, DrafterMeta]:
+    """Parse a drafter GGUF's keys (in file order) and tensor shapes (numpy order).
+
+    Raises:
+        GGUFFormatError: not a DFlash drafter, or a required DFlash key is missing.
+    """
+    arch_kv = kvs.get("general.architecture")
+    arch = None if arch_kv is None else str(arch_kv.value)
+    fmt = detect_format(arch or "", kvs.keys(), list(tensors))
+    if fmt is None:
+        raise GGUFFormatError(
+            f"{path}: general.architecture={arch!r} is not a DFlash drafter "
+            f"(expected one of {', '.join(DRAFTER_ARCHS)})"
+        )
+    fc = tensors.get(fmt.fc_name)
+    if fc is None:
+        raise GGUFFormatError(f"{path}: drafter tensor {fmt.fc_name} is missing ({fmt.name} format)")
+    meta = DrafterMeta(taps=(), block_size=None, mask_token_id=None, n_target_features=int(fc[-1]))
+    consumed: set[str] = {"general.architecture"}
+    fmt.parse_dflash(arch, kvs, meta, consumed, path=str(path))
+    prefix = f"{arch}."
+    for key, kv in kvs.items():
+        if key in consumed:
+            continue
+        if key == "general.file_type":
+            meta.file_type = int(kv.value)
+        elif key == "general.quantization_version":
+            meta.quantization_version = int(kv.value)
+        elif key.startswith("tokenizer."):
+            meta.tokenizer.append(kv)
+        elif key.startswith(prefix):
+            meta.hparams.append((key[len(prefix):], kv.value, kv.type, kv.sub_type))
+        else:
+            meta.general.append(kv)
+    if meta.vocab_size is None:
+        tokens = kvs.get("tokenizer.ggml.tokens")
+        if tokens is not None:
+            meta.vocab_size = len(tokens.value)
+    if meta.hparam("block_count") is None or meta.hparam("embedding_length") is None:
+        raise GGUFFormatError(f"{path}: {arch}.block_count / {arch}.embedding_length missing; not a usable drafter")
+    return fmt, meta

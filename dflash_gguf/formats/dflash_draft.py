@@ -1,0 +1,42 @@
+"""Family B: the `dflash-draft` architecture of the buun / beellama / ik_llama forks.
+
+Taps are stored unchanged (the forks capture `l_out-<id>`, the output of layer id), and
+`n_target_features` must be present: the loaders size `dflash_fc` from it.
+"""
+from __future__ import annotations
+
+from gguf import GGUFValueType as T
+
+from ..gguf_write import KV
+from .base import DrafterMeta, Format, kv_value
+
+
+class DflashDraft(Format):
+    name = "dflash-draft"
+    description = "buun-llama-cpp / beellama.cpp / ik_llama.cpp `dflash-draft` architecture"
+    loaders = "spiritbuun/buun-llama-cpp, Anbeeld/beellama.cpp, ikawrakow/ik_llama.cpp, Lucebox (fallback)"
+    archs = ("dflash-draft",)
+    tap_offset = 0
+    fc_name = "dflash_fc.weight"
+    hidden_norm_name = "dflash_hidden_norm.weight"
+    pre_ffn_norm = "post_attention_norm.weight"
+
+    def dflash_kvs(self, arch: str, meta: DrafterMeta) -> list[KV]:
+        out = []
+        if meta.block_size is not None:
+            out.append(KV(f"{arch}.dflash.block_size", meta.block_size, T.UINT32))
+        if meta.mask_token_id is not None:
+            out.append(KV(f"{arch}.dflash.mask_token_id", meta.mask_token_id, T.UINT32))
+        out.append(KV(f"{arch}.dflash.target_layer_ids", self.stored_taps(meta), T.ARRAY, T.INT32))
+        out.append(KV(f"{arch}.dflash.n_target_features", meta.n_target_features, T.UINT32))
+        return out
+
+    def parse_dflash(self, arch, kv, meta, consumed, path=""):
+        meta.block_size = kv_value(kv, f"{arch}.dflash.block_size", consumed, int, required=False, path=path)
+        meta.mask_token_id = kv_value(kv, f"{arch}.dflash.mask_token_id", consumed, int, required=False, path=path)
+        meta.taps = tuple(kv_value(kv, f"{arch}.dflash.target_layer_ids", consumed, list, path=path))
+        # n_target_features is re-derived from the fc tensor on write; consume the stored one.
+        kv_value(kv, f"{arch}.dflash.n_target_features", consumed, int, required=False, path=path)
+
+
+DFLASH_DRAFT = DflashDraft()
