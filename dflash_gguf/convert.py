@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 import numpy as np
 from gguf import GGMLQuantizationType as Q
@@ -18,7 +18,7 @@ from .formats import Format, get_format, meta_from_gguf
 from .gguf_read import read_gguf
 from .gguf_write import TensorOut, WriteReport, write_gguf
 from .plan import ROPE_FREQS, ConversionPlan, TensorPlan, build_plan, llama3_rope_factors
-from .safetensors_io import SourceTensor, read_inventory, read_raw, to_f32
+from .safetensors_io import SourceTensor, iter_raw, read_inventory, to_f32
 
 
 @dataclass(frozen=True)
@@ -85,7 +85,7 @@ def convert(
     return ConvertResult(plan, cfg, report, notes)
 
 
-def _producer(p: TensorPlan, by_name: dict[str, SourceTensor], cfg: DrafterConfig) -> Callable[[], np.ndarray]:
+def _producer(p: TensorPlan, by_name: dict[str, SourceTensor], cfg: DrafterConfig) -> Callable[[], object]:
     if p.src is None:
         assert p.dst == ROPE_FREQS
         return lambda: llama3_rope_factors(cfg)
@@ -93,20 +93,22 @@ def _producer(p: TensorPlan, by_name: dict[str, SourceTensor], cfg: DrafterConfi
     return lambda: encode(src, p.ggml_type)
 
 
-def encode(src: SourceTensor, qtype: Q) -> np.ndarray:
-    """Read one source tensor and encode it as ``qtype`` (typed array or raw block bytes)."""
-    raw = read_raw(src)
-    if qtype == Q.BF16 and src.dtype == "BF16":
-        return raw.view(np.uint8)  # identical bit layout: pass the bytes through
-    if qtype == Q.F16 and src.dtype == "F16":
-        return raw
-    x = to_f32(src, raw)
-    del raw
-    if qtype == Q.F32:
-        return x
-    from .quants import quantize  # bit-exact ggml encodings (f16/bf16 included)
+def encode(src: SourceTensor, qtype: Q) -> Iterator[np.ndarray]:
+    """Read one source tensor in row chunks and encode each as ``qtype``.
 
-    return quantize(x, qtype, name=src.name)
+    Every encoding here is row-local (ggml blocks never straddle rows), so chunking by rows
+    gives the same bytes as encoding the whole tensor at once.
+    """
+    quantize = None
+    if qtype not in (Q.F32,) and not (qtype == Q.BF16 and src.dtype == "BF16") and not (
+            qtype == Q.F16 and src.dtype == "F16"):
+        from .quants import quantize  # bit-exact ggml encodings (f16/bf16 included)
+    for raw in iter_raw(src):
+        if quantize is None and qtype != Q.F32:
+            yield raw  # identical bit layout (bf16→bf16, f16→f16): pass the bytes through
+            continue
+        x = to_f32(src, raw)
+        yield x if quantize is None else quantize(x, qtype, name=src.name)
 
 
 # --- retarget ----------------------------------------------------------------------------------

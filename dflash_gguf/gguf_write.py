@@ -1,10 +1,13 @@
 """Streaming, atomic, deterministic GGUF writing on top of gguf-py's GGUFWriter.
 
-GGUFWriter keeps every added tensor in memory until ``write_tensors_to_file``; we instead
-declare all tensor infos first, write the header, then produce and write one tensor at a
-time, so peak memory follows the largest tensor. The file is written to a temp file in the
-output directory and renamed at the end: an error or Ctrl-C leaves nothing behind, and an
-existing file is only replaced with ``force``.
+GGUFWriter keeps every added tensor in memory until ``write_tensors_to_file``. We use it for
+the header, the KVs and the tensor infos (it computes the aligned offsets), then write the
+data section ourselves: each tensor arrives as row chunks from its producer, the next chunk
+is read on a second thread while the current one is written, and bytes go out with plain
+``write`` (numpy's ``tofile``, which GGUFWriter uses, was 3x slower here). The layout is the
+one GGUFWriter writes: data aligned, each tensor zero-padded to the alignment.
+The file is written to a temp file in the output directory and renamed at the end: an error
+or Ctrl-C leaves nothing behind, and an existing file is only replaced with ``force``.
 """
 from __future__ import annotations
 
@@ -12,7 +15,8 @@ import os
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 from gguf import GGMLQuantizationType, GGUFValueType, GGUFWriter
@@ -67,15 +71,16 @@ def kv_array(key: str, values: Sequence[Any], sub_type: GGUFValueType) -> KV:
 class TensorOut:
     """A tensor to write: its final name/shape/type and a function that produces its data.
 
-    ``shape`` is numpy/torch order (last axis = ggml ne0). ``produce`` returns either the
-    typed array (F32/F16) or the raw uint8 block bytes (BF16 and quantized types).
+    ``shape`` is numpy/torch order (last axis = ggml ne0). ``produce`` returns the encoded
+    data — one array, or an iterable of row chunks — whose bytes, concatenated, are the
+    tensor's ggml encoding (typed F32/F16 arrays or raw uint8 block bytes).
     """
 
     name: str
     shape: tuple[int, ...]
     ggml_type: GGMLQuantizationType
     nbytes: int
-    produce: Callable[[], np.ndarray]
+    produce: Callable[[], "np.ndarray | Iterable[np.ndarray]"]
 
 
 @dataclass(frozen=True)
@@ -136,23 +141,74 @@ def write_gguf(
         writer.write_header_to_file()
         writer.write_kv_data_to_file()
         writer.write_ti_data_to_file()
-        total = 0
-        for t in tensors:
-            data = np.ascontiguousarray(t.produce())
-            if data.nbytes != t.nbytes:
-                raise AssertionError(f"{t.name}: produced {data.nbytes} bytes, planned {t.nbytes}")
-            writer.write_tensor_data(data)
-            total += data.nbytes
-            if progress is not None:
-                progress(data.nbytes)
-            del data
+        align = writer.data_alignment
         writer.close()
+        with open(tmp, "r+b", buffering=0) as fout:
+            fout.seek(0, os.SEEK_END)
+            _pad(fout, fout.tell(), align)
+            total = _write_data(fout, tensors, align, progress)
+            fout.flush()
         size = tmp.stat().st_size
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
     return WriteReport(path=path, n_tensors=len(tensors), n_kv=len(kvs) + 1, file_size=size, tensor_bytes=total)
+
+
+def _chunks(t: TensorOut) -> Iterator[np.ndarray]:
+    data = t.produce()
+    if isinstance(data, np.ndarray):
+        yield data
+    else:
+        yield from data
+
+
+def _write_data(fout, tensors: Sequence[TensorOut], align: int, progress: Progress | None) -> int:
+    """Write every tensor's chunks in order, reading one chunk ahead on a worker thread
+    (file reads, numpy conversions and quantization release the GIL)."""
+    def stream() -> Iterator[tuple[int, np.ndarray | None]]:
+        for i, t in enumerate(tensors):
+            for chunk in _chunks(t):
+                yield i, chunk
+            yield i, None  # end of tensor i
+
+    total = 0
+    written = [0] * len(tensors)
+    it = stream()
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        pending = pool.submit(next, it, None)
+        while True:
+            item = pending.result()
+            if item is None:
+                break
+            pending = pool.submit(next, it, None)
+            i, chunk = item
+            t = tensors[i]
+            if chunk is None:
+                if written[i] != t.nbytes:
+                    raise AssertionError(f"{t.name}: produced {written[i]} bytes, planned {t.nbytes}")
+                _pad(fout, t.nbytes, align)
+                continue
+            buf = memoryview(np.ascontiguousarray(chunk)).cast("B")
+            _write_all(fout, buf)
+            written[i] += buf.nbytes
+            total += buf.nbytes
+            if progress is not None:
+                progress(buf.nbytes)
+    return total
+
+
+def _write_all(fout, buf: memoryview) -> None:
+    while buf.nbytes:  # a raw write may be partial
+        n = fout.write(buf)
+        buf = buf[n:]
+
+
+def _pad(fout, n: int, align: int) -> None:
+    pad = -n % align
+    if pad:
+        fout.write(bytes(pad))
 
 
 def _byte_shape(shape: tuple[int, ...], qtype: GGMLQuantizationType) -> tuple[int, ...]:

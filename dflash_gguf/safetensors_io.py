@@ -145,18 +145,36 @@ def read_header(path: Path) -> list[SourceTensor]:
     return entries
 
 
+_STORAGE = {"BF16": np.uint16, "F16": np.float16, "F32": np.float32, "F64": np.float64, "I64": np.int64,
+            "I32": np.int32, "I16": np.int16, "I8": np.int8, "U8": np.uint8, "BOOL": np.bool_,
+            "U16": np.uint16, "U32": np.uint32, "U64": np.uint64, "F8_E4M3": np.uint8, "F8_E5M2": np.uint8}
+CHUNK_BYTES = 16 << 20  # row chunks of ~16 MiB keep memory flat and malloc recycles the buffers
+
+
 def read_raw(t: SourceTensor) -> np.ndarray:
-    """The tensor's bytes, reinterpreted as its storage dtype (BF16 as uint16)."""
-    storage = {"BF16": np.uint16, "F16": np.float16, "F32": np.float32, "F64": np.float64, "I64": np.int64,
-               "I32": np.int32, "I16": np.int16, "I8": np.int8, "U8": np.uint8, "BOOL": np.bool_,
-               "U16": np.uint16, "U32": np.uint32, "U64": np.uint64, "F8_E4M3": np.uint8, "F8_E5M2": np.uint8}[t.dtype]
-    buf = np.empty(t.nbytes, dtype=np.uint8)
+    """The whole tensor, reinterpreted as its storage dtype (BF16 as uint16)."""
+    return next(iter_raw(t, chunk_bytes=max(t.nbytes, 1)))
+
+
+def iter_raw(t: SourceTensor, chunk_bytes: int = CHUNK_BYTES):
+    """The tensor in chunks of whole leading-axis slices (rows stay intact), storage dtype."""
+    storage = _STORAGE[t.dtype]
+    if not t.shape:
+        rows, row_shape = 1, ()
+    else:
+        rows, row_shape = t.shape[0], t.shape[1:]
+    row_bytes = t.nbytes // rows if rows else 0
+    step = max(1, chunk_bytes // row_bytes) if row_bytes else max(rows, 1)
     with open(t.file, "rb", buffering=0) as f:
         f.seek(t.offset)
-        got = f.readinto(memoryview(buf))
-    if got != t.nbytes:
-        raise WeightsError(f"{t.file}: tensor {t.name} ends early ({got:,} of {t.nbytes:,} bytes read); re-fetch the file")
-    return buf.view(storage).reshape(t.shape)
+        for r0 in range(0, max(rows, 1), step):
+            n = min(step, rows - r0) if rows else 0
+            buf = np.empty(n * row_bytes if t.shape else t.nbytes, dtype=np.uint8)
+            got = f.readinto(memoryview(buf))
+            if got != buf.nbytes:
+                raise WeightsError(
+                    f"{t.file}: tensor {t.name} ends early ({got:,} of {buf.nbytes:,} bytes read); re-fetch the file")
+            yield buf.view(storage).reshape((n, *row_shape) if t.shape else ())
 
 
 def to_f32(t: SourceTensor, raw: np.ndarray | None = None) -> np.ndarray:

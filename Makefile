@@ -1,0 +1,32 @@
+# Two entry points, as the README says: `make demo` (install + convert the bundled example)
+# and `make test` (install the test extras + run the whole suite).
+PY ?= python3
+LLAMA_CPP_PYTHON := 0.3.36
+# llama.cpp's own converter (vendored in the llama-cpp-python sdist) is ground truth in tests.
+LLAMA_SRC := .cache/llama_cpp_python-$(LLAMA_CPP_PYTHON)
+OUT := out
+
+.PHONY: demo test fixtures clean
+
+demo:
+	$(PY) -m pip install -q -e ".[tokenizers]"
+	mkdir -p $(OUT)
+	dflash-gguf convert fixtures/drafters/qwen3-flat --target-dir fixtures/targets/qwen3-tiny -o $(OUT)/qwen3-flat-dflash.gguf --force
+	dflash-gguf inspect $(OUT)/qwen3-flat-dflash.gguf
+
+test: $(LLAMA_SRC)/vendor/llama.cpp/convert_hf_to_gguf.py
+	$(PY) -m pip install -q -e ".[test]"
+	DFLASH_LLAMA_CPP_SRC=$(CURDIR)/$(LLAMA_SRC)/vendor/llama.cpp $(PY) -m pytest -q -rs
+
+$(LLAMA_SRC)/vendor/llama.cpp/convert_hf_to_gguf.py:
+	mkdir -p .cache
+	$(PY) -m pip download -q --no-deps --no-binary :all: llama-cpp-python==$(LLAMA_CPP_PYTHON) -d .cache
+	tar -xzf .cache/llama_cpp_python-$(LLAMA_CPP_PYTHON).tar.gz -C .cache
+	touch $@
+
+fixtures:
+	$(PY) fixtures/make_fixtures.py
+	$(PY) fixtures/make_guard_fixtures.py
+
+clean:
+	rm -rf $(OUT) .pytest_cache
