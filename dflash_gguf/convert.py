@@ -47,7 +47,7 @@ def plan_conversion(
     if target_gguf or target_dir:
         from . import tokenizer as tok
 
-        target = tok.target_from_gguf(target_gguf) if target_gguf else tok.target_from_hf_dir(target_dir)
+        target = tok.load_target(target_gguf, target_dir)
         notes = list(tok.check_drafter_fits(target, cfg) or [])
         tokenizer, target_hidden = list(target.kvs), target.hidden_size
     elif fmt.needs_tokenizer:
@@ -126,6 +126,8 @@ def retarget(
     out: str | Path | None,
     *,
     format: str,
+    target_gguf: str | Path | None = None,
+    target_dir: str | Path | None = None,
     force: bool = False,
     dry_run: bool = False,
     progress: Callable[[int], None] | None = None,
@@ -134,6 +136,8 @@ def retarget(
     to_fmt: Format = get_format(format)
     f = read_gguf(src)
     from_fmt, meta = meta_from_gguf(f.kvs, f.shapes(), src)
+    if target_gguf or target_dir:
+        _attach_tokenizer(meta, target_gguf, target_dir, src)
     arch, kvs = to_fmt.kvs(meta)
     renamed, tensors = [], []
     for t in f.tensors:
@@ -150,3 +154,20 @@ def retarget(
         raise UsageError("retarget would overwrite its input; choose another -o path")
     report = write_gguf(out, arch, kvs, tensors, force=force, progress=progress)
     return RetargetResult(from_fmt.name, to_fmt.name, arch, renamed, report)
+
+
+def _attach_tokenizer(meta, target_gguf, target_dir, src) -> None:
+    """Give a tokenizer-less drafter (e.g. a Lucebox file) the target's vocab, after checking
+    that the target fits: same vocab size, hidden size = tap width / taps."""
+    from . import tokenizer as tok
+
+    target = tok.load_target(target_gguf, target_dir)
+    if meta.vocab_size is not None and meta.vocab_size != target.vocab_size:
+        raise TargetError(f"{src}: drafter vocab {meta.vocab_size} != target vocab {target.vocab_size} "
+                          f"({target.source}); is this the drafter's target?")
+    width = len(meta.taps) * target.hidden_size
+    if meta.n_target_features != width:
+        raise TargetError(f"{src}: fc input width {meta.n_target_features} != {len(meta.taps)} taps × target hidden "
+                          f"{target.hidden_size} ({target.source}); is this the drafter's target?")
+    meta.tokenizer = [kv for kv in target.kvs if kv.key != "tokenizer.ggml.mask_token_id"]
+    meta.vocab_size = target.vocab_size

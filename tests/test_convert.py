@@ -33,10 +33,10 @@ def tensors(path):
     return {t.name: (t.tensor_type.name, bytes(t.data.tobytes())) for t in r.tensors}
 
 
-def do_convert(cli, tmp_path, drafter, fmt, outtype="auto", name="out.gguf"):
+def do_convert(cli, tmp_path, drafter, fmt, outtype="auto", name="out.gguf", with_target=False):
     out = tmp_path / name
     args = ["convert", DRAFTERS / drafter, "-o", out, "--format", fmt, "--outtype", outtype]
-    if FORMATS[fmt].needs_tokenizer:
+    if FORMATS[fmt].needs_tokenizer or with_target:
         args += list(PAIRS[drafter])
     code, so, se = cli(*args)
     return code, out, so, se
@@ -221,7 +221,7 @@ FORMAT_NAMES = list(FORMATS)
 @pytest.mark.parametrize("a", FORMAT_NAMES)
 @pytest.mark.parametrize("b", FORMAT_NAMES)
 def test_retarget_round_trip(cli, tmp_path, a, b):
-    code, src, _, se = do_convert(cli, tmp_path, "qwen3-nested", a, name="a.gguf")
+    code, src, _, se = do_convert(cli, tmp_path, "qwen3-nested", a, name="a.gguf", with_target=True)
     assert code == 0, se
     mid, back = tmp_path / "b.gguf", tmp_path / "a2.gguf"
     code, _, se = cli("retarget", src, "--format", b, "-o", mid)
@@ -231,6 +231,21 @@ def test_retarget_round_trip(cli, tmp_path, a, b):
     assert code == 0, se
     assert kvs(back) == kvs(src)
     assert tensors(back) == tensors(src)
+
+
+def test_retarget_tokenizerless_lucebox_needs_a_target(cli, tmp_path):
+    code, src, _, se = do_convert(cli, tmp_path, "gemma-style", "lucebox")
+    assert code == 0, se
+    out = tmp_path / "main.gguf"
+    code, _, se = cli("retarget", src, "--format", "llama.cpp", "-o", out)
+    assert code == 2 and "--target-gguf" in se and not out.exists()
+    code, _, se = cli("retarget", src, "--format", "llama.cpp", "-o", out, "--target-gguf", LLAMA_GGUF)
+    assert code == 0, se
+    kv = kvs(out)
+    assert kv["dflash.target_layers"][0] == [1, 2] and kv["tokenizer.ggml.mask_token_id"][0] == 4
+    code, _, se = cli("retarget", src, "--format", "llama.cpp", "-o", tmp_path / "x.gguf",
+                      "--target-gguf", do_convert(cli, tmp_path, "qwen3-flat", "llama.cpp", name="q.gguf")[1])
+    assert code == 7 and "takes the target model's GGUF" in se
 
 
 def test_retarget_fixes_taps_between_conventions(cli, tmp_path):

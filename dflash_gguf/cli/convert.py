@@ -62,6 +62,8 @@ def retarget_cmd(
     src: Annotated[Path, typer.Argument(help="An existing drafter GGUF (any of the four formats).")],
     output: Annotated[Optional[Path], typer.Option("-o", "--outfile", help="Output GGUF path.")] = None,
     format: FormatOpt = "llama.cpp",
+    target_gguf: Annotated[Optional[Path], typer.Option("--target-gguf", help="Add the target's tokenizer (for files that lack one).")] = None,
+    target_dir: Annotated[Optional[Path], typer.Option("--target-dir", help="Same, from the target's Hugging Face dir.")] = None,
     dry_run: DryRunOpt = False,
     json_out: JsonOpt = False,
     force: ForceOpt = False,
@@ -70,7 +72,8 @@ def retarget_cmd(
 
     Fixes "unknown model architecture" and wrong tap offsets without re-converting.
     """
-    result = retarget(src, output, format=format, force=force, dry_run=dry_run)
+    result = retarget(src, output, format=format, target_gguf=target_gguf, target_dir=target_dir, force=force,
+                      dry_run=dry_run)
     if json_out:
         print_json({"source_format": result.source_format, "format": result.target_format, "architecture": result.arch,
                     "tensors": [{"from": a, "to": b} for a, b in result.renamed],

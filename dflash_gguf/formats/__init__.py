@@ -132,7 +132,8 @@ def meta_from_config(
         general=general,
         hparams=hp,
         dflash2=dflash2,
-        tokenizer=list(tokenizer),
+        # The drafter's mask id wins over any the target's vocab carries (written per format).
+        tokenizer=[kv for kv in tokenizer if kv.key != "tokenizer.ggml.mask_token_id"],
         file_type=file_type,
         quantization_version=2,
         flavor=flavor,
