@@ -40,9 +40,9 @@ LAYER_TENSORS: dict[str, str] = {
     "mlp.up_proj.weight": "ffn_up.weight",
     "mlp.down_proj.weight": "ffn_down.weight",
     # DFlash2 grouped dynamic causal conv (mainline names; base kernels carry no ".weight" on disk)
-    "attention_conv.base_kernel": "attn_conv_base.weight",
+    "attention_conv.base_kernel": "attn_conv_base",  # no suffix: the runtime loads it by this name (F32)
     "attention_conv.kernel_projection.weight": "attn_conv_proj.weight",
-    "mlp_conv.base_kernel": "ffn_conv_base.weight",
+    "mlp_conv.base_kernel": "ffn_conv_base",
     "mlp_conv.kernel_projection.weight": "ffn_conv_proj.weight",
 }
 DFLASH2_LAYER = ("attention_conv.base_kernel", "attention_conv.kernel_projection.weight",
