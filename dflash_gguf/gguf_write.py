@@ -122,6 +122,9 @@ def write_gguf(
         raise OutputError(f"{path.parent}: cannot create a file there ({exc.strerror})") from None
     os.close(fd)
     tmp = Path(tmp_name)
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; outputs get the usual permissions
     kvs = list(kvs)
     try:
         writer = GGUFWriter(tmp, arch)

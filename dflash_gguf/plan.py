@@ -9,9 +9,10 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 from gguf import GGMLQuantizationType as Q
+from gguf import GGUFValueType
 
 from .config import DrafterConfig
-from .errors import UsageError, WeightsError
+from .errors import ConfigError, UsageError, WeightsError
 from .formats import Format, meta_from_config
 from .formats.base import (DFLASH2_GLOBAL, DFLASH2_LAYER, DROPPED_TENSORS, FC, HIDDEN_NORM, LAYER_TENSORS,
                            OPTIONAL_TENSORS, PRE_FFN_NORM)
@@ -123,6 +124,10 @@ def build_plan(
     """
     if outtype not in OUTTYPES:
         raise UsageError(f"unknown --outtype {outtype!r}; choose one of: {', '.join(OUTTYPES)}")
+    if cfg.max_position_embeddings is None and fmt.name != "lucebox":
+        # llama.cpp's loader requires <arch>.context_length; its converter silently omits it.
+        raise ConfigError(f"{cfg.path}: max_position_embeddings is missing; --format {fmt.name} needs it "
+                          "(<arch>.context_length is required by the loader). Add the drafter's trained context.")
     th = target_hidden or cfg.target_hidden_size or cfg.hidden_size
     expected = expected_shapes(cfg, th)
     by_name = {t.name.removeprefix("model."): t for t in inventory}
@@ -179,19 +184,29 @@ def build_plan(
 
     # Tensor order: checkpoint names sorted, as llama.cpp's converter iterates them.
     chosen = sorted([*expected, *optional])
-    tensor_plans = _choose_types(cfg, fmt, [(n, by_name[n]) for n in chosen], outtype)
+    quant = outtype in ("q8_0", "q4_k_m")
+    tensor_plans = _choose_types(fmt, [(n, by_name[n]) for n in chosen], "auto" if quant else outtype)
     if cfg.rope_scaling is not None and cfg.rope_scaling.type == "llama3":
         n = cfg.rope_dim // 2
         tensor_plans.insert(0, TensorPlan(None, ROPE_FREQS, (n,), "F32", Q.F32, 4 * n,
                                           "llama3 rope scaling: per-frequency factors the runtime reads"))
 
-    file_type = FILE_TYPES.get(outtype)
+    file_type = None if quant else FILE_TYPES.get(outtype)
     if file_type is None:  # auto: the dominant source float type
         big = max((t for t in inventory if t.dtype in FLOAT_DTYPES), key=lambda t: t.nbytes)
         file_type = {"F32": 0, "F16": 1, "BF16": 32}[big.dtype]
     meta = meta_from_config(cfg, n_target_features=cfg.n_taps * th, tokenizer=tokenizer, file_type=file_type,
                             name=name)
     arch, kvs = fmt.kvs(meta)
+    if quant:
+        # "convert --outtype q*" is "convert --outtype auto, then quantize": same layout, same bytes.
+        from .quantize_file import requantize_layout
+
+        kvs, entries = requantize_layout([KV("general.architecture", arch, GGUFValueType.STRING), *kvs],
+                                         [(t.dst, t.shape, t.ggml_type) for t in tensor_plans], outtype, where=where)
+        by_dst = {t.dst: t for t in tensor_plans}
+        tensor_plans = [TensorPlan(by_dst[e.name].src, e.name, e.shape, by_dst[e.name].src_dtype, e.ggml_type,
+                                   e.nbytes, e.reason) for e in entries]
     warnings = list(cfg.warnings)
     if fmt.name != "llama.cpp" and cfg.is_causal is None and cfg.layer_types and "sliding_attention" in cfg.layer_types:
         warnings.append("the reference makes sliding layers causal and full layers non-causal; "
@@ -214,22 +229,13 @@ def keep_f32(gguf_name: str, shape: Sequence[int]) -> str | None:
     return None
 
 
-def _choose_types(cfg: DrafterConfig, fmt: Format, items: list[tuple[str, SourceTensor]], outtype: str) -> list[TensorPlan]:
+def _choose_types(fmt: Format, items: list[tuple[str, SourceTensor]], outtype: str) -> list[TensorPlan]:
     plans: list[TensorPlan] = []
-    quant_plan = None
-    if outtype in ("q8_0", "q4_k_m"):
-        from .quants.policy import plan_types
-
-        names = [(fmt.gguf_name(n), t.shape) for n, t in items]
-        quant_plan = {c.name: c for c in plan_types(names, outtype, cfg.num_hidden_layers)}
     for n, t in items:
         dst = fmt.gguf_name(n)
         assert dst is not None, n
         f32_reason = keep_f32(dst, t.shape)
-        if quant_plan is not None:
-            choice = quant_plan[dst]
-            qtype, reason = choice.ggml_type, choice.reason
-        elif f32_reason:
+        if f32_reason:
             qtype, reason = Q.F32, f32_reason
         elif outtype == "auto":
             qtype, reason = _SOURCE_TYPES[t.dtype], f"auto: source {t.dtype} kept"

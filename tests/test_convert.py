@@ -117,7 +117,7 @@ def test_dflash2_mainline_keys_and_tensor_names(cli, tmp_path):
     t = GGUFReader(out)
     shapes = {x.name: [int(d) for d in x.shape] for x in t.tensors}
     assert shapes["blk.0.attn_conv_base"] == [64, 2, 2]  # ne = reversed torch [2, k, H]; no .weight, F32
-    assert shapes["selector_predecessor.weight"] == [16, 512]
+    assert shapes["selector_predecessor.weight"] == [32, 512]
 
 
 @pytest.mark.parametrize("name,code,needle", [
@@ -172,6 +172,19 @@ def test_interrupt_leaves_nothing_and_keeps_existing(tmp_path, monkeypatch):
         conv.convert(DRAFTERS / "qwen3-flat", out, format="lucebox", force=True)
     assert out.read_bytes() == b"old"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out.gguf"]
+
+
+def test_missing_context_length_fails_for_llama_cpp(cli, tmp_path):
+    import shutil
+
+    d = tmp_path / "d"
+    shutil.copytree(DRAFTERS / "qwen3-flat", d)
+    cfg = json.loads((d / "config.json").read_text())
+    del cfg["max_position_embeddings"]
+    (d / "config.json").write_text(json.dumps(cfg))
+    code, _, se = cli("convert", d, "-o", tmp_path / "x.gguf", "--target-dir", QWEN_DIR)
+    assert code == 3 and "max_position_embeddings" in se and not (tmp_path / "x.gguf").exists()
+    assert cli("convert", d, "-o", tmp_path / "x.gguf", "--format", "lucebox")[0] == 0
 
 
 def test_missing_tokenizer_names_both_options(cli, tmp_path):

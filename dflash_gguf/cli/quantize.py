@@ -1,0 +1,54 @@
+"""`quantize`: llama-quantize's positional order (IN OUT TYPE), bit-exact ggml blocks."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.table import Table
+
+from ..quantize_file import quantize_gguf
+from ._app import app
+from ._common import byte_progress, out, print_json
+
+
+@app.command("quantize")
+def quantize_cmd(
+    src: Annotated[Path, typer.Argument(help="Input GGUF (F32/F16/BF16 tensors).")],
+    dst: Annotated[Optional[Path], typer.Argument(help="Output GGUF.")] = None,
+    ftype: Annotated[str, typer.Argument(help="q8_0 or q4_k_m (case-insensitive).")] = "q8_0",
+    allow_requantize: Annotated[bool, typer.Option("--allow-requantize", help="Accept already-quantized inputs.")] = False,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the per-tensor plan; write nothing.")] = False,
+    json_out: Annotated[bool, typer.Option("--json", help="Print machine-readable JSON on stdout.")] = False,
+    force: Annotated[bool, typer.Option("--force", help="Overwrite DST if it exists.")] = False,
+) -> None:
+    """Quantize a GGUF to Q8_0 or Q4_K_M with llama-quantize's per-tensor plan; bytes equal ggml's.
+
+    Example: dflash-gguf quantize drafter-bf16.gguf drafter-Q4_K_M.gguf q4_k_m
+    """
+    if dst is None and not dry_run:
+        raise typer.BadParameter("missing OUT path (or pass --dry-run)", param_hint="DST")
+    plan = quantize_gguf(src, None, ftype, allow_requantize=allow_requantize, dry_run=True)
+    if dry_run:
+        result = plan
+    else:
+        total = sum(t.nbytes for t in plan.tensors)
+        with byte_progress(total, f"quantizing → {dst.name}", enabled=not json_out) as advance:
+            result = quantize_gguf(src, dst, ftype, allow_requantize=allow_requantize, force=force, progress=advance)
+    if json_out:
+        print_json(result.to_json())
+        return
+    table = Table(title=f"{src.name} → {result.ftype.upper()} ({len(result.tensors)} tensors)")
+    for c in ("name", "ne", "from", "to", "why"):
+        table.add_column(c)
+    for t in result.tensors:
+        table.add_row(t.name, str(list(reversed(t.shape))), t.src_type.name, t.ggml_type.name, t.reason)
+    out.print(table)
+    counts: dict[str, int] = {}
+    for t in result.tensors:
+        counts[t.ggml_type.name] = counts.get(t.ggml_type.name, 0) + 1
+    mix = ", ".join(f"{n} {k}" for k, n in sorted(counts.items()))
+    if result.written is not None:
+        out.print(f"[bold green]wrote[/bold green] {result.written.path} ({result.written.file_size:,} bytes; {mix})")
+    else:
+        out.print(f"dry run: nothing written ({mix})")
