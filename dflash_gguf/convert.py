@@ -48,7 +48,7 @@ def plan_conversion(
         from . import tokenizer as tok
 
         target = tok.load_target(target_gguf, target_dir)
-        notes = list(tok.check_drafter_fits(target, cfg) or [])
+        notes = [*target.notes, *(tok.check_drafter_fits(target, cfg) or [])]
         tokenizer, target_hidden = list(target.kvs), target.hidden_size
     elif fmt.needs_tokenizer:
         raise TargetError(

@@ -353,7 +353,9 @@ def target_from_gguf(path: str | Path) -> TargetInfo:
 
     tokens = header.get(K_TOKENS)
     if tokens is None or header.get(K_MODEL) is None:
-        raise TargetError(f"{p}: has no tokenizer ({K_TOKENS} / {K_MODEL} missing); pass the full target model GGUF, or --target-dir")
+        raise TargetError(
+            f"{p}: has no tokenizer ({K_TOKENS} / {K_MODEL} missing); pass the full target model GGUF, or --target-dir"
+        )
 
     def need_u(key: str) -> int:
         v = header.get(key)
@@ -432,7 +434,7 @@ def check_drafter_fits(target: TargetInfo, drafter: DrafterConfig, fc_in_feature
     Returns:
         Warnings (non-fatal) for the CLI to show.
     Raises:
-        TargetError: one line listing every mismatch (vocab, hidden size, taps, mask id, depth).
+        TargetError: one line listing every mismatch (vocab, hidden size, taps, mask id).
     """
     problems: list[str] = []
     warnings: list[str] = []
@@ -456,24 +458,19 @@ def check_drafter_fits(target: TargetInfo, drafter: DrafterConfig, fc_in_feature
         if expected != target.hidden_size:
             src = "target_hidden_size" if drafter.target_hidden_size else "hidden_size (no target_hidden_size in config)"
             problems.append(f"drafter {src} = {expected}, but {where} has hidden size {target.hidden_size}")
-        elif not drafter.target_hidden_size:
-            warnings.append(
-                f"drafter config has no target_hidden_size; assumed equal to its hidden_size {drafter.hidden_size}"
-            )
-    bad = [t for t in drafter.target_layer_ids if not 0 <= t < target.num_hidden_layers]
+    depth = target.num_hidden_layers
+    bad = [t for t in drafter.target_layer_ids if not 0 <= t < depth]
     if bad:
-        problems.append(
-            f"target_layer_ids {list(bad)} are outside the target's {target.num_hidden_layers} layers (0..{target.num_hidden_layers - 1})"
-        )
+        problems.append(f"target_layer_ids {list(bad)} are outside the target's {depth} layers (0..{depth - 1})")
     if drafter.num_target_layers is not None and drafter.num_target_layers != target.num_hidden_layers:
-        problems.append(
+        # Not fatal by itself (taps are checked above), but it usually means the wrong target.
+        warnings.append(
             f"drafter was trained on a {drafter.num_target_layers}-layer target (num_target_layers), but {where} has "
-            f"{target.num_hidden_layers} layers"
+            f"{target.num_hidden_layers} layers; is this the target it was trained for?"
         )
-    if not 0 <= drafter.mask_token_id < min(target.vocab_size, target.n_vocab_tokens):
-        problems.append(
-            f"mask_token_id {drafter.mask_token_id} is outside the target vocabulary ({min(target.vocab_size, target.n_vocab_tokens)} tokens)"
-        )
+    n_vocab = min(target.vocab_size, target.n_vocab_tokens)
+    if not 0 <= drafter.mask_token_id < n_vocab:
+        problems.append(f"mask_token_id {drafter.mask_token_id} is outside the target vocabulary ({n_vocab} tokens)")
     if problems:
         raise TargetError(f"drafter {drafter.path} does not fit the target: " + "; ".join(problems))
     return warnings
@@ -539,13 +536,17 @@ def _tokenizer_config(d: Path) -> dict | None:
 
 def _llama_vocab(d: Path, vocab_size: int, arch: str):
     if (d / "tekken.json").is_file() and not (d / "tokenizer.json").is_file():
-        raise TargetError(f"{d}: Mistral tekken tokenizer (tekken.json) is converted by llama.cpp's mistral path, not reproduced here; {_HINT}")
+        raise TargetError(
+            f"{d}: Mistral tekken tokenizer (tekken.json) is converted by llama.cpp's mistral path, not reproduced here; {_HINT}"
+        )
     tc = _tokenizer_config(d)
     if tc and tc.get("tokenizer_class") == "HybridDNATokenizer":
         raise TargetError(f"{d}: HybridDNATokenizer is not reproduced here; {_HINT}")
     if vocab_size in (32016, 49152):
         # llama.cpp adds CodeLlama FIM ids (32016) or forces add_bos off (49152) by vocab size.
-        raise TargetError(f"{d}: vocab_size {vocab_size} takes a llama.cpp special case (CodeLlama/Granite) not reproduced here; {_HINT}")
+        raise TargetError(
+            f"{d}: vocab_size {vocab_size} takes a llama.cpp special case (CodeLlama/Granite) not reproduced here; {_HINT}"
+        )
     head: list[KV] = []
     if tc and isinstance(tc.get("add_prefix_space"), bool):
         head.append(kv_bool(K_ADD_PREFIX, tc["add_prefix_space"]))
@@ -584,7 +585,8 @@ def _spm_vocab(d: Path, vocab_size: int):
     try:
         sp.LoadFromFile(str(path))
     except (OSError, RuntimeError) as exc:
-        raise TargetError(f"{path}: sentencepiece cannot load it ({str(exc).splitlines()[0]}); re-download it, or {_HINT}") from None
+        why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise TargetError(f"{path}: sentencepiece cannot load it ({why}); re-download it, or {_HINT}") from None
     n_sp = sp.vocab_size()
     if n_sp > vocab_size:
         # llama.cpp truncates with a warning; a vocab cut short is not one to embed.
@@ -629,7 +631,8 @@ def _spm_vocab(d: Path, vocab_size: int):
                 tid = int(sid)
                 text = data["content"]
             except (ValueError, TypeError, KeyError):
-                raise TargetError(f"{d}/tokenizer_config.json: added_tokens_decoder entry {sid!r} is malformed; {_HINT}") from None
+                raise TargetError(f"{d}/tokenizer_config.json: added_tokens_decoder entry {sid!r} is malformed; {_HINT}") \
+                    from None
             if not isinstance(text, str) or tid < 0:
                 raise TargetError(f"{d}/tokenizer_config.json: added_tokens_decoder entry {sid!r} is malformed; {_HINT}")
             if tid >= vocab_size:
@@ -669,7 +672,11 @@ def _bpe_vocab(d: Path, vocab_size: int):
     try:
         tok = Tokenizer.from_file(str(tj_path))
     except Exception as exc:  # tokenizers raises bare Exception subclasses for bad files
-        raise TargetError(f"{tj_path}: the tokenizers package cannot load it ({str(exc).splitlines()[0]}); {_HINT}") from None
+        why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise TargetError(f"{tj_path}: the tokenizers package cannot load it ({why}); {_HINT}") from None
+    # transformers encodes without the file's truncation/padding settings; so must the hash.
+    tok.no_truncation()
+    tok.no_padding()
     tc = _tokenizer_config(d)
     notes: list[str] = []
 
@@ -728,7 +735,7 @@ def _bpe_vocab(d: Path, vocab_size: int):
         kv_array(K_TOKENS, tokens, T.STRING),
         kv_array(K_TOKEN_TYPE, types, T.INT32),
     ]
-    kvs += _special_vocab(d, load_merges=True, n_vocab=None, notes=notes)
+    kvs += _special_vocab(d, load_merges=True, n_vocab=None, notes=notes, tj=tj)
     if not any(kv.key == K_MERGES for kv in kvs):
         raise TargetError(f"{d}: BPE tokenizer without merges (tokenizer.json model.merges / merges.txt); {_HINT}")
     return kvs, "gpt2", pre, pre_src, notes
@@ -745,7 +752,8 @@ def _check_added_tokens_agree(d: Path, tc: dict | None, decoder: dict, vocab: di
             try:
                 tid, text = int(sid), data["content"]
             except (ValueError, TypeError, KeyError):
-                raise TargetError(f"{d}/tokenizer_config.json: added_tokens_decoder entry {sid!r} is malformed; {_HINT}") from None
+                raise TargetError(f"{d}/tokenizer_config.json: added_tokens_decoder entry {sid!r} is malformed; {_HINT}") \
+                    from None
             at = decoder.get(tid)
             if at is None or at.content != text or bool(data.get("special", False)) != bool(at.special):
                 raise TargetError(
@@ -832,9 +840,10 @@ def _split_regex(pre: Any) -> Any:
 
 # --- gguf-py SpecialVocab ----------------------------------------------------------------------
 
-def _special_vocab(d: Path, *, load_merges: bool, n_vocab: int | None, notes: list[str]) -> list[KV]:
+def _special_vocab(d: Path, *, load_merges: bool, n_vocab: int | None, notes: list[str], tj: Any = None) -> list[KV]:
     """The KVs gguf-py's ``SpecialVocab(d, load_merges, n_vocab).add_to_gguf`` writes, in
-    its order: merges, special ids, add_*_token flags, chat template, normalizer flags."""
+    its order: merges, special ids, add_*_token flags, chat template, normalizer flags.
+    ``tj``: tokenizer.json already parsed (it is only read here, never changed)."""
     types: list[str] = list(_SPECIAL_TYPES)
     ids: dict[str, int] = {}
     add: dict[str, bool] = {}
@@ -871,10 +880,10 @@ def _special_vocab(d: Path, *, load_merges: bool, n_vocab: int | None, notes: li
                 parse_normalizer(sub)
 
     # --- tokenizer.json: merges, normalizer, post-processor ---
-    tj = None
     tj_path = d / "tokenizer.json"
     if tj_path.is_file():
-        tj = _read_json(tj_path)
+        if tj is None:
+            tj = _read_json(tj_path)
         if load_merges:
             merges = _merges_from_json(tj, tj_path)
         if tj.get("normalizer"):
@@ -882,7 +891,7 @@ def _special_vocab(d: Path, *, load_merges: bool, n_vocab: int | None, notes: li
         added_tokens = tj.get("added_tokens", [])
     else:
         added_tokens = []
-    tc = _tokenizer_config(d)
+    tc = _tokenizer_config(d)  # a fresh copy: SpecialVocab's logic writes into it
     if tj:
         bos, cls = (tc or {}).get("bos_token"), (tc or {}).get("cls_token")
         eos, sep = (tc or {}).get("eos_token"), (tc or {}).get("sep_token")
@@ -1011,7 +1020,7 @@ def _template_processing(proc: dict, tc: dict | None, add: dict, types: list, bo
             if a == "A" and b == "B" and middle:
                 add_sep = False
                 entry = middle[0].get("SpecialToken", {}).get("id")
-                if entry and entry in (sep, eos, bos) and not last:
+                if entry and entry in (sep, eos) and not last:
                     add_sep = True
                 if len(middle) == 2:
                     entry = middle[1].get("SpecialToken", {}).get("id")
