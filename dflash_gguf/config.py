@@ -455,6 +455,11 @@ def load_target_config(target_dir: str | Path) -> TargetConfig:
         raise ConfigError(f"{cfg_path}: not valid JSON ({exc})") from None
     if not isinstance(top, dict):
         raise ConfigError(f"{cfg_path}: top level must be a JSON object")
+    return parse_target_config(top, cfg_path)
+
+
+def parse_target_config(top: dict[str, Any], cfg_path: Path) -> TargetConfig:
+    """Resolve a parsed target config dict (see load_target_config)."""
     text = top.get("text_config")
     raw = {**top, **text} if isinstance(text, dict) else dict(top)
     r = _Resolver(raw, cfg_path)
