@@ -1,0 +1,143 @@
+"""ggml-bit-exact quantizers and llama-quantize's per-tensor type plan.
+
+``quantize(x, "q4_K")`` returns the same block bytes as ggml's C reference quantizer
+(``ggml_quantize_chunk`` without an importance matrix, x86-64 build without FMA), which is
+what ``llama-quantize`` writes. ``dequantize`` inverts it with ggml's own float order.
+The per-tensor type choice for ``Q8_0`` / ``Q4_K_M`` files lives in :mod:`.policy`.
+"""
+from __future__ import annotations
+
+from math import prod
+from typing import Sequence
+
+import numpy as np
+from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
+
+from ..errors import QuantizationError
+from . import floats, legacy, q4_k, q6_k, q8_0  # noqa: F401  (importing registers the types)
+from .base import default_threads, quantize_array, registered
+
+__all__ = [
+    "QUANTIZE_TYPES",
+    "block_size",
+    "default_threads",
+    "dequantize",
+    "quantize",
+    "resolve_qtype",
+    "row_nbytes",
+    "type_size",
+]
+
+#: Types ``quantize`` can produce, byte-exact with ggml.
+QUANTIZE_TYPES: frozenset[GGMLQuantizationType] = frozenset(registered())
+
+# gguf-py 0.19's dequantizers reproduce ggml's to_float bit for bit for these (checked
+# against ggml's own output in tests/test_quants.py).
+_DEQUANTIZE_TYPES = QUANTIZE_TYPES
+
+
+def resolve_qtype(qtype: str | int | GGMLQuantizationType) -> GGMLQuantizationType:
+    """A ggml type from a case-insensitive name (``"q4_K"``, ``"Q8_0"``, ``"bf16"``), an id,
+    or a :class:`gguf.GGMLQuantizationType`.
+
+    Raises:
+        QuantizationError: unknown name or id (file types such as ``Q4_K_M`` are not ggml types).
+    """
+    if isinstance(qtype, GGMLQuantizationType):
+        return qtype
+    if isinstance(qtype, (int, np.integer)) and not isinstance(qtype, bool):
+        try:
+            return GGMLQuantizationType(int(qtype))
+        except ValueError:
+            raise QuantizationError(f"unknown ggml type id {int(qtype)}") from None
+    if isinstance(qtype, str):
+        key = qtype.strip().upper()
+        if key in GGMLQuantizationType.__members__:
+            return GGMLQuantizationType[key]
+        hint = ""
+        if key.endswith(("_M", "_S", "_L")) and key[:-2] in GGMLQuantizationType.__members__:
+            hint = f" ({qtype!r} is a file type / mix; see dflash_gguf.quants.policy.plan_types)"
+        supported = ", ".join(sorted(t.name for t in QUANTIZE_TYPES))
+        raise QuantizationError(f"unknown ggml type {qtype!r}{hint}; quantize supports: {supported}")
+    raise QuantizationError(f"cannot interpret {qtype!r} as a ggml type")
+
+
+def block_size(qtype: str | int | GGMLQuantizationType) -> int:
+    """Values per block (1 for F32/F16/BF16, 32 for Q8_0/Q4_0/Q5_0, 256 for K-quants)."""
+    return GGML_QUANT_SIZES[resolve_qtype(qtype)][0]
+
+
+def type_size(qtype: str | int | GGMLQuantizationType) -> int:
+    """Bytes per block."""
+    return GGML_QUANT_SIZES[resolve_qtype(qtype)][1]
+
+
+def row_nbytes(qtype: str | int | GGMLQuantizationType, n_cols: int) -> int:
+    """Bytes of one row of ``n_cols`` values (``ggml_row_size``).
+
+    Raises:
+        QuantizationError: ``n_cols`` is not a multiple of the block size.
+    """
+    t = resolve_qtype(qtype)
+    bs, ts = GGML_QUANT_SIZES[t]
+    if n_cols % bs != 0:
+        raise QuantizationError(f"row of {n_cols} values is not a multiple of the {t.name} block size {bs}")
+    return n_cols // bs * ts
+
+
+def quantize(
+    x: np.ndarray,
+    qtype: str | int | GGMLQuantizationType,
+    *,
+    name: str | None = None,
+    threads: int | None = None,
+) -> np.ndarray:
+    """Quantize ``x`` row-wise (last axis) to ggml block bytes.
+
+    Returns uint8 of shape ``(..., row_nbytes(qtype, x.shape[-1]))`` in C order, also for
+    F32/F16/BF16 (their raw little-endian bytes), ready for ``GGUFWriter.add_tensor(...,
+    raw_dtype=qtype)``. Input: any float array (converted to float32 chunk by chunk).
+    ``threads`` defaults to the CPUs this process may use.
+
+    Raises:
+        QuantizationError: NaN/inf in ``x`` (naming ``name`` and the first bad index), last
+            dimension not a multiple of the block size, or a type with no quantizer here.
+    """
+    t = resolve_qtype(qtype)
+    cls = registered().get(t)
+    if cls is None:
+        supported = ", ".join(sorted(q.name for q in QUANTIZE_TYPES))
+        raise QuantizationError(f"quantizing to {t.name} is not supported; supported: {supported}")
+    return quantize_array(cls, x, name=name, threads=threads)
+
+
+def dequantize(data: np.ndarray | bytes, qtype: str | int | GGMLQuantizationType, shape: Sequence[int]) -> np.ndarray:
+    """ggml block bytes -> float32 array of ``shape`` (NumPy order, last axis = row), with
+    ggml's own float operation order (``dequantize_row_*``).
+
+    Raises:
+        QuantizationError: the byte count does not match ``shape`` for ``qtype``, or the type
+            is not supported.
+    """
+    t = resolve_qtype(qtype)
+    shape = tuple(int(s) for s in shape)
+    if not shape:
+        raise QuantizationError("dequantize needs a shape with at least one dimension")
+    nbytes = row_nbytes(t, shape[-1]) * prod(shape[:-1])
+    raw = np.frombuffer(data, dtype=np.uint8) if isinstance(data, (bytes, bytearray, memoryview)) else np.asarray(data)
+    raw = raw.reshape(-1).view(np.uint8) if raw.dtype != np.uint8 else raw.reshape(-1)
+    if raw.size != nbytes:
+        raise QuantizationError(
+            f"{raw.size} bytes of {t.name} data cannot hold shape {shape} (needs {nbytes} bytes)"
+        )
+    if t == GGMLQuantizationType.F32:
+        return raw.view("<f4").astype(np.float32).reshape(shape)
+    if t == GGMLQuantizationType.F16:
+        return raw.view("<f2").astype(np.float32).reshape(shape)
+    if t not in _DEQUANTIZE_TYPES:
+        raise QuantizationError(f"dequantizing {t.name} is not supported")
+    import gguf
+
+    rows = raw.reshape(-1, row_nbytes(t, shape[-1]))
+    return np.asarray(gguf.dequantize(rows, t), dtype=np.float32).reshape(shape)
+
