@@ -1,0 +1,133 @@
+"""`compare-weights`: checkpoint (or GGUF) vs GGUF, tensor by tensor, with a verdict.
+
+Exit codes (docs/compare-weights.md): 0 every tensor bit-identical or within tolerance;
+20 at least one tensor out of tolerance, missing, extra or of the wrong shape; otherwise the
+error classes' codes (2 usage, 4 corrupt safetensors, 5 not found, 6 corrupt / non-drafter GGUF).
+"""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich import box
+from rich.console import Console
+from rich.table import Table
+
+from ..compare import BIT_IDENTICAL, EXTRA, MISSING, OUT, SHAPE_MISMATCH, WITHIN, CompareReport, compare, \
+    parse_tolerances
+from ..errors import DflashError
+from ._app import app
+from ._common import byte_progress, err, out, print_json
+
+EXIT_MISMATCH = 20
+
+_STYLE = {BIT_IDENTICAL: "green", WITHIN: "cyan", OUT: "red", MISSING: "red", EXTRA: "red", SHAPE_MISMATCH: "red"}
+_RANK = {MISSING: 0, SHAPE_MISMATCH: 1, EXTRA: 2, OUT: 3, WITHIN: 4, BIT_IDENTICAL: 5}
+
+
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document with every number on stdout.")]
+ToleranceOpt = Annotated[Optional[list[str]], typer.Option(
+    "--tolerance", help="Max relative RMS error: TYPE=VALUE for one ggml type (q4_K=0.05) or a bare VALUE for all; "
+                        "repeatable. Replaces the default band (docs/compare-weights.md).")]
+TopOpt = Annotated[Optional[int], typer.Option("--top", min=1, help="Show only the N worst tensors in the table.")]
+NoRequantOpt = Annotated[bool, typer.Option(
+    "--no-requantize", help="Do not re-encode the source into quantized types (faster for K-quants; no "
+                            "bit-identical / expected-error answers for them).")]
+WorkersOpt = Annotated[Optional[int], typer.Option("--workers", min=1, help="Threads (default: CPUs, at most 4).")]
+ProgressOpt = Annotated[bool, typer.Option("--progress/--no-progress", help="Progress bar (only on a terminal).")]
+
+
+@app.command("compare-weights")
+def compare_cmd(
+    source: Annotated[Path, typer.Argument(help="The drafter checkpoint dir (safetensors + config.json), "
+                                           "or a GGUF A.")],
+    gguf: Annotated[Path, typer.Argument(help="The GGUF to check (B).")],
+    json_out: JsonOpt = False,
+    tolerance: ToleranceOpt = None,
+    top: TopOpt = None,
+    no_requantize: NoRequantOpt = False,
+    workers: WorkersOpt = None,
+    progress: ProgressOpt = True,
+) -> None:
+    """Is this GGUF a faithful copy of the checkpoint, and where does it lose precision?
+
+    Pairs every checkpoint tensor with its GGUF tensor through the file's format, checks shapes, and compares values: relative RMS error, max abs error and where, cosine, and the error of ggml's own encoding of the same data. Bytes equal to ggml's encoding are "bit-identical".
+
+    Exit 0 = every tensor bit-identical or within tolerance; 20 = not. Details: docs/compare-weights.md.
+
+    Example: dflash-gguf compare-weights z-lab/Qwen3-8B-DFlash-b16 drafter-q8_0.gguf
+    """
+    try:
+        tolerances = parse_tolerances(tolerance or [])
+        total = _planned_bytes(gguf)
+        with byte_progress(total, f"comparing {gguf.name}", enabled=progress and not json_out) as advance:
+            report = compare(source, gguf, tolerances=tolerances, requantize=not no_requantize, workers=workers,
+                             progress=advance)
+    except DflashError as exc:
+        if json_out:  # CI parses stdout: a failure is still one JSON document
+            print_json({"a": str(source), "b": str(gguf), "exit_code": exc.exit_code,
+                        "error": {"type": type(exc).__name__, "message": str(exc)}})
+            err.print(f"error: {exc}", markup=False)
+            raise typer.Exit(exc.exit_code)
+        raise
+    code = 0 if report.passed else EXIT_MISMATCH
+    if json_out:
+        print_json({**report.to_json(), "exit_code": code})
+    else:
+        render(report, top)
+    raise typer.Exit(code)
+
+
+def _planned_bytes(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
+def _key(t) -> tuple:
+    # failures first, then by error (largest first); NaN/inf sort as worst
+    e = t.rel_rms
+    e = math.inf if e is None or not math.isfinite(e) else e
+    return (_RANK[t.status], -e, t.name)
+
+
+def _num(v: float | None, spec: str = ".3g") -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float) and not math.isfinite(v):
+        return str(v)
+    return format(v, spec)
+
+
+def render(r: CompareReport, top: int | None = None) -> None:
+    what = (f"{r.a} → {r.b}  ({r.format} format)" if r.mode == "safetensors-gguf"
+            else f"{r.a} ({r.a_format or 'not a drafter'}) vs {r.b} ({r.format or 'not a drafter'})")
+    out.print(f"[bold]compare-weights[/bold] {what}", highlight=False)
+    rows = sorted(r.tensors, key=_key)
+    shown = rows[:top] if top else rows
+    tt = Table(box=box.SIMPLE_HEAD, pad_edge=False,
+               title=None if not top or top >= len(rows) else f"{top} worst of {len(rows)}")
+    for c, kw in (("status", {"no_wrap": True}), ("tensor", {"no_wrap": True}), ("type", {"no_wrap": True}),
+                  ("ne", {"no_wrap": True}), ("rel RMS", {"justify": "right"}), ("expected", {"justify": "right"}),
+                  ("max abs", {"justify": "right"}), ("at", {"no_wrap": True}), ("cosine", {"justify": "right"}),
+                  ("flags", {})):
+        tt.add_column(c, **kw)
+    for t in shown:
+        style = _STYLE[t.status]
+        tt.add_row(f"[{style}]{t.status}[/{style}]", t.name, f"{t.source_type or '-'}→{t.type or '-'}",
+                   "-" if t.ne is None else ",".join(map(str, t.ne)), _num(t.rel_rms), _num(t.expected_rel_rms),
+                   _num(t.max_abs), "-" if not t.max_abs_index else ",".join(map(str, t.max_abs_index)),
+                   _num(t.cosine, ".6f"), " ".join(t.flags))
+    # A pipe or a log has no width to respect: print the table whole rather than squeezed into
+    # rich's default 80 columns (Console.print cannot widen past the console's own width).
+    (out if out.is_terminal else Console(highlight=False, width=220)).print(tt)
+    for t in rows:
+        if t.status not in (BIT_IDENTICAL, WITHIN) and t.detail:
+            out.print(f"  {t.status}: {t.name}: {t.detail}", markup=False)
+    for n in r.notes:
+        out.print(f"  note: {n}", markup=False)
+    style = "green" if r.passed else "red"
+    out.print(f"[{style}]{r.summary}[/{style}]  ({r.bytes_compared / 1e6:,.1f} MB in {r.seconds:.2f} s)")
