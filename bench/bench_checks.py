@@ -1,0 +1,149 @@
+"""Benchmark the header-only guards: the time must not depend on the file size.
+
+    python bench/bench_checks.py [--repeat 21] [--cli-repeat 5] [--keep]
+
+Generates under bench/_work/ (gitignored) three GGUFs with gguf-py's writer:
+  - tiny:   a Qwen3-8B-shaped target (36 layers, 399 tensors, 64-token vocab) with toy dims;
+  - sparse: the same header with Qwen3-8B's real F16 dims (hidden 4096, ff 12288, vocab
+            151,936): 16.4 GB of tensor data that is never written; the file is extended with
+            truncate(), so it is sparse (apparent size 16 GB, a few KB on disk);
+  - vocab:  the tiny file plus a 151,936-token vocabulary and 151,387 merges (a real Qwen3
+            header is ~8 MB of tokenizer strings), to show what a real target costs.
+Then times, in-process, ``read_header``, ``run_checks`` (header only) and ``classify``
+(median of --repeat runs, after one warm-up), and separately the CLI wall time of
+``dflash-gguf check`` / ``check-instruct`` as subprocesses (median of --cli-repeat; includes
+interpreter start-up and imports). Goal: < 50 ms in-process for tiny and sparse alike.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import gguf
+
+from dflash_gguf.checks import run_checks
+from dflash_gguf.gguf_header import read_header
+from dflash_gguf.instruct import classify
+
+WORK = Path(__file__).resolve().parent / "_work"
+LAYERS = 36
+
+
+def _tensor_list(hidden: int, ff: int, vocab: int, hd: int) -> list[tuple[str, tuple[int, ...]]]:
+    """Qwen3-style target inventory, numpy order (ggml ne reversed)."""
+    nq, nkv = 32, 8
+    out = [("token_embd.weight", (vocab, hidden)), ("output_norm.weight", (hidden,)), ("output.weight", (vocab, hidden))]
+    for i in range(LAYERS):
+        p = f"blk.{i}."
+        out += [(p + "attn_norm.weight", (hidden,)), (p + "ffn_norm.weight", (hidden,)),
+                (p + "attn_q.weight", (nq * hd, hidden)), (p + "attn_k.weight", (nkv * hd, hidden)),
+                (p + "attn_v.weight", (nkv * hd, hidden)), (p + "attn_output.weight", (hidden, nq * hd)),
+                (p + "attn_q_norm.weight", (hd,)), (p + "attn_k_norm.weight", (hd,)),
+                (p + "ffn_gate.weight", (ff, hidden)), (p + "ffn_up.weight", (ff, hidden)),
+                (p + "ffn_down.weight", (hidden, ff))]
+    return out
+
+
+def make(path: Path, hidden: int, ff: int, vocab: int, hd: int, big_vocab: bool = False) -> int:
+    """Write header + tensor infos; extend the file to its full size without writing data."""
+    w = gguf.GGUFWriter(path, "qwen3")
+    w.add_name("Qwen3 8B")
+    w.add_basename("Qwen3")
+    w.add_size_label("8B")
+    w.add_uint32("qwen3.block_count", LAYERS)
+    w.add_uint32("qwen3.embedding_length", hidden)
+    w.add_uint32("qwen3.feed_forward_length", ff)
+    w.add_uint32("qwen3.attention.head_count", 32)
+    w.add_uint32("qwen3.attention.head_count_kv", 8)
+    w.add_float32("qwen3.rope.freq_base", 1_000_000.0)
+    w.add_float32("qwen3.attention.layer_norm_rms_epsilon", 1e-6)
+    w.add_file_type(gguf.LlamaFileType.MOSTLY_F16)
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("qwen2")
+    n_tok = 151_936 if big_vocab else 64
+    toks = [f"t{i}" for i in range(n_tok - 3)] + ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+    w.add_token_list(toks)
+    w.add_token_types([1] * (n_tok - 3) + [3, 3, 3])
+    w.add_token_merges([f"t{i} t{i + 1}" for i in range(151_387 if big_vocab else 32)])
+    w.add_eos_token_id(n_tok - 1)
+    w.add_chat_template("{%- for m in messages %}{{- '<|im_start|>' + m.role + '\\n' + m.content + '<|im_end|>\\n' }}"
+                        "{%- endfor %}" * 20)
+    total = 0
+    for name, shape in _tensor_list(hidden, ff, vocab, hd):
+        nbytes = int(np.prod(shape)) * (4 if len(shape) == 1 else 2)
+        w.add_tensor_info(name, shape, np.dtype(np.float32 if len(shape) == 1 else np.float16), nbytes)
+        total += nbytes + (-nbytes % 32)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_ti_data_to_file()
+    w.close()
+    end = path.stat().st_size
+    os.truncate(path, end + (-end % 32) + total)  # sparse: the data section is a hole
+    return path.stat().st_size
+
+
+def median_ms(fn, repeat: int) -> float:
+    fn()  # warm-up: imports, page cache
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times) * 1e3
+
+
+def cli_ms(args: list[str], repeat: int) -> tuple[float, int]:
+    exe = shutil.which("dflash-gguf")
+    cmd = [exe, *args] if exe else [sys.executable, "-m", "dflash_gguf.cli", *args]
+    times, code = [], 0
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        code = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times) * 1e3, code
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeat", type=int, default=21)
+    ap.add_argument("--cli-repeat", type=int, default=5)
+    ap.add_argument("--keep", action="store_true", help="keep bench/_work/ files")
+    a = ap.parse_args()
+    WORK.mkdir(parents=True, exist_ok=True)
+    files = {"tiny": WORK / "guard-tiny.gguf", "sparse": WORK / "guard-sparse.gguf", "vocab": WORK / "guard-vocab.gguf"}
+    make(files["tiny"], hidden=64, ff=192, vocab=64, hd=2)
+    make(files["sparse"], hidden=4096, ff=12288, vocab=151_936, hd=128)  # Qwen3-8B in F16
+    make(files["vocab"], hidden=64, ff=192, vocab=64, hd=2, big_vocab=True)
+    try:
+        print(f"{'file':<8} {'apparent size':>16} {'on disk':>10} {'header':>10} | {'read_header':>11} "
+              f"{'run_checks':>10} {'classify':>9} | {'CLI check':>9} {'CLI check-instruct':>18}")
+        for label, p in files.items():
+            st = p.stat()
+            h = read_header(p)
+            rh = median_ms(lambda: read_header(p), a.repeat)
+            rc = median_ms(lambda: run_checks(p), a.repeat)
+            cl = median_ms(lambda: classify(read_header(p)), a.repeat)
+            report = run_checks(p)
+            assert not report.has_errors(), [f.message for f in report.findings]
+            c1, code1 = cli_ms(["check", str(p)], a.cli_repeat)
+            c2, code2 = cli_ms(["check-instruct", str(p)], a.cli_repeat)
+            assert code1 == 0 and code2 == 0, (code1, code2)
+            print(f"{label:<8} {st.st_size:>16,} {st.st_blocks * 512:>10,} {h.header_end:>10,} | {rh:>9.2f}ms "
+                  f"{rc:>8.2f}ms {cl:>7.2f}ms | {c1:>7.0f}ms {c2:>16.0f}ms")
+        print(f"in-process: median of {a.repeat}; CLI: median of {a.cli_repeat} subprocess runs "
+              f"(includes Python start-up and imports). 'classify' includes read_header.")
+    finally:
+        if not a.keep:
+            for p in files.values():
+                p.unlink(missing_ok=True)
+
+
+if __name__ == "__main__":
+    main()
