@@ -129,6 +129,9 @@ def write_gguf(
     try:
         writer = GGUFWriter(tmp, arch)
         for kv in kvs:
+            if kv.key == "general.alignment":
+                # add_key_value alone would not change the padding GGUFWriter applies
+                writer.data_alignment = int(kv.value)
             if kv.type == GGUFValueType.ARRAY:
                 # add_key_value drops empty arrays silently in add_array; we never pass one.
                 writer.add_key_value(kv.key, list(kv.value), kv.type, sub_type=kv.sub_type)

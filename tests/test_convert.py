@@ -325,3 +325,25 @@ print(before, hwm())
     assert total > 180e6
     assert grown < 3 * largest + 20e6, (grown, largest, total)
     assert (tmp_path / "o.gguf").stat().st_size > total * 0.99
+
+
+def test_hostile_key_types_are_a_clean_error(cli, tmp_path):
+    """target_layers stored as strings: inspect and retarget say so in one line (exit 6)."""
+    from gguf import GGUFWriter
+
+    code, src, _, _ = do_convert(cli, tmp_path, "qwen3-flat", "llama.cpp")
+    r = GGUFReader(src)
+    bad = tmp_path / "bad.gguf"
+    w = GGUFWriter(bad, "dflash")
+    for k, f in r.fields.items():
+        if k.startswith("GGUF.") or k == "general.architecture":
+            continue
+        if k == "dflash.target_layers":
+            w.add_array(k, ["a", "b"])
+        else:
+            w.add_key_value(k, f.contents(), f.types[0], sub_type=f.types[1] if len(f.types) > 1 else None)
+    for t in r.tensors:
+        w.add_tensor(t.name, np.array(t.data), raw_shape=[int(d) for d in reversed(t.shape)], raw_dtype=t.tensor_type)
+    w.write_header_to_file(); w.write_kv_data_to_file(); w.write_tensors_to_file(); w.close()
+    code, _, se = cli("retarget", bad, "--format", "dflash-draft", "-o", tmp_path / "o.gguf")
+    assert code == 6 and "unexpected types" in se and "Traceback" not in se

@@ -224,3 +224,27 @@ def test_fixture_equals_real_llama_quantize_and_loads(cli, tmp_path, drafter, ft
     from test_llamacpp import load
 
     assert load(ours) == "LOADED"
+
+
+def test_custom_alignment_is_honoured(cli, tmp_path):
+    """An input with general.alignment keeps it, and the data really is aligned to it."""
+    from dflash_gguf.gguf_header import read_header
+
+    src = convert(cli, tmp_path, "qwen3-flat", "lucebox", outtype="f32")
+    r = GGUFReader(src)
+    aligned = tmp_path / "a64.gguf"
+    w = GGUFWriter(aligned, "qwen35-dflash-draft")
+    w.add_custom_alignment(64)
+    for k, f in r.fields.items():
+        if not k.startswith("GGUF.") and k != "general.architecture":
+            w.add_key_value(k, f.contents(), f.types[0], sub_type=f.types[1] if len(f.types) > 1 else None)
+    for t in r.tensors:
+        w.add_tensor(t.name, np.array(t.data))
+    w.write_header_to_file(); w.write_kv_data_to_file(); w.write_tensors_to_file(); w.close()
+    out = tmp_path / "q.gguf"
+    code, _, se = cli("quantize", aligned, out, "q8_0")
+    assert code == 0, se
+    h = read_header(out)
+    assert h.alignment == 64 and h.data_offset % 64 == 0
+    assert all((t.offset_abs - h.data_offset) % 64 == 0 for t in h.tensors)
+    assert cli("check", out)[0] == 0

@@ -162,7 +162,10 @@ def meta_from_gguf(
         raise GGUFFormatError(f"{path}: drafter tensor {fmt.fc_name} is missing ({fmt.name} format)")
     meta = DrafterMeta(taps=(), block_size=None, mask_token_id=None, n_target_features=int(fc[-1]))
     consumed: set[str] = {"general.architecture"}
-    fmt.parse_dflash(arch, kvs, meta, consumed, path=str(path))
+    try:
+        fmt.parse_dflash(arch, kvs, meta, consumed, path=str(path))
+    except (TypeError, ValueError) as exc:  # e.g. target_layers stored as strings in a hostile file
+        raise GGUFFormatError(f"{path}: DFlash keys of the {fmt.name} format have unexpected types ({exc})") from None
     prefix = f"{arch}."
     for key, kv in kvs.items():
         if key in consumed:
