@@ -12,7 +12,9 @@ demo:
 	$(PY) -m pip install -q -e ".[tokenizers]"
 	mkdir -p $(OUT)
 	dflash-gguf convert fixtures/drafters/qwen3-flat --target-dir fixtures/targets/qwen3-tiny -o $(OUT)/qwen3-flat-dflash.gguf --force
-	dflash-gguf inspect $(OUT)/qwen3-flat-dflash.gguf
+	dflash-gguf check $(OUT)/qwen3-flat-dflash.gguf
+	dflash-gguf quantize $(OUT)/qwen3-flat-dflash.gguf $(OUT)/qwen3-flat-dflash-Q4_K_M.gguf q4_k_m --force > /dev/null
+	dflash-gguf compare-weights fixtures/drafters/qwen3-flat $(OUT)/qwen3-flat-dflash-Q4_K_M.gguf --top 5
 
 test: $(LLAMA_SRC)/vendor/llama.cpp/convert_hf_to_gguf.py
 	$(PY) -m pip install -q -e ".[test]"
