@@ -343,7 +343,7 @@ def test_hostile_key_types_are_a_clean_error(cli, tmp_path):
         else:
             w.add_key_value(k, f.contents(), f.types[0], sub_type=f.types[1] if len(f.types) > 1 else None)
     for t in r.tensors:
-        w.add_tensor(t.name, np.array(t.data), raw_shape=[int(d) for d in reversed(t.shape)], raw_dtype=t.tensor_type)
+        w.add_tensor(t.name, np.array(t.data), raw_dtype=t.tensor_type)
     w.write_header_to_file(); w.write_kv_data_to_file(); w.write_tensors_to_file(); w.close()
     code, _, se = cli("retarget", bad, "--format", "dflash-draft", "-o", tmp_path / "o.gguf")
     assert code == 6 and "unexpected types" in se and "Traceback" not in se

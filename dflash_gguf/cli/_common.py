@@ -21,6 +21,8 @@ from rich.progress import (
 )
 
 out = Console(highlight=False, soft_wrap=True)
+if not out.is_terminal:  # piped / CI: rich would wrap tables at 80 columns
+    out = Console(highlight=False, soft_wrap=True, width=200)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 

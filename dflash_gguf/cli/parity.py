@@ -1,0 +1,119 @@
+"""`parity`: reference vs GGUF drafters — logit parity and acceptance on the same inputs."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.table import Table
+
+from ..errors import UsageError
+from ._app import app
+from ._common import note, out, warn
+
+FLAG_TOP1 = 0.9  # below this teacher-forced top-1 agreement a GGUF drafter is flagged
+
+
+@app.command("parity")
+def parity_cmd(
+    target: Annotated[Path, typer.Option("--target", help="Target: Hugging Face dir (qwen3/llama) or a qwen3/llama GGUF.")],
+    drafter: Annotated[Path, typer.Option("--drafter", help="The original drafter dir (safetensors + config.json): the reference.")],
+    drafter_gguf: Annotated[Optional[list[Path]], typer.Option("--drafter-gguf", help="A GGUF of the drafter to compare (repeatable).")] = None,
+    prompt_ids: Annotated[Optional[str], typer.Option("--prompt-ids", help="Comma-separated token ids, e.g. 1,2,3.")] = None,
+    prompt: Annotated[Optional[str], typer.Option("--prompt", help="Prompt text (tokenized with the target's tokenizer).")] = None,
+    prompts_file: Annotated[Optional[Path], typer.Option("--prompts-file", help="JSONL: {\"prompt\": ...} or {\"prompt_ids\": [...]} per line.")] = None,
+    tokenizer_dir: Annotated[Optional[Path], typer.Option("--tokenizer-dir", help="Where tokenizer.json / tokenizer.model live (default: --target).")] = None,
+    max_new_tokens: Annotated[int, typer.Option("--max-new-tokens")] = 64,
+    block_size: Annotated[Optional[int], typer.Option("--block-size", help="Default: the drafter's block_size.")] = None,
+    temperature: Annotated[float, typer.Option("--temperature")] = 0.0,
+    top_p: Annotated[float, typer.Option("--top-p")] = 1.0,
+    top_k: Annotated[int, typer.Option("--top-k")] = 0,
+    seed: Annotated[int, typer.Option("--seed")] = 0,
+    runs: Annotated[int, typer.Option("--runs", help="Repeat each run N times (seed, seed+1, …): mean ± sd.")] = 1,
+    device: Annotated[str, typer.Option("--device", help="auto | cpu | cuda")] = "auto",
+    dtype: Annotated[str, typer.Option("--dtype", help="float32 | bfloat16")] = "float32",
+    target_quant: Annotated[Optional[str], typer.Option("--target-quant", help="q8_0 | q4_k_m: round-trip the target's weights through our quantizers.")] = None,
+    emulate: Annotated[Optional[str], typer.Option("--emulate", help="Also run the reference drafter with a runtime's semantics: llama.cpp.")] = None,
+    dump: Annotated[Optional[Path], typer.Option("--dump", help="Write per-step inputs/outputs as safetensors + index.json.")] = None,
+    against: Annotated[Optional[Path], typer.Option("--against", help="Compare another runtime's dump (same format) with ours.")] = None,
+    json_path: Annotated[Optional[Path], typer.Option("--json", help="Write the full report as JSON to this file ('-' for stdout).")] = None,
+) -> None:
+    """Run DFlash speculative decoding with the torch reference and measure GGUF drafters against it.
+
+    Example: dflash-gguf parity --target Qwen3-8B/ --drafter Qwen3-8B-DFlash-b16/ --drafter-gguf d-Q8_0.gguf --prompt "Hello"
+    """
+    from ..parity import ParityFailure, ParityOptions, read_prompts_file, run_parity, tokenize
+
+    given = [x is not None for x in (prompt_ids, prompt, prompts_file)]
+    if sum(given) != 1:
+        raise UsageError("give exactly one of --prompt-ids, --prompt, --prompts-file")
+    if prompt_ids is not None:
+        try:
+            prompts = [[int(t) for t in prompt_ids.replace(" ", "").split(",") if t]]
+        except ValueError:
+            raise UsageError(f"--prompt-ids {prompt_ids!r}: expected comma-separated integers") from None
+    elif prompt is not None:
+        prompts = [tokenize(prompt, target, tokenizer_dir)]
+    else:
+        prompts = read_prompts_file(prompts_file, target, tokenizer_dir)
+    if target_quant is not None and target_quant.lower() not in ("q8_0", "q4_k_m"):
+        raise UsageError(f"--target-quant {target_quant!r}: choose q8_0 or q4_k_m")
+    if dtype not in ("float32", "bfloat16"):
+        raise UsageError(f"--dtype {dtype!r}: choose float32 or bfloat16")
+    opts = ParityOptions(max_new_tokens=max_new_tokens, block_size=block_size, temperature=temperature, top_p=top_p,
+                         top_k=top_k, seed=seed, runs=runs, device=device, dtype=dtype,
+                         target_quant=None if target_quant is None else target_quant.lower(), emulate=emulate)
+    report = run_parity(target, drafter, prompts, drafter_ggufs=drafter_gguf or [], options=opts, dump=dump,
+                        against=against)
+    doc = report.to_json()
+    if json_path is not None:
+        text = json.dumps(doc, indent=2) + "\n"
+        if str(json_path) == "-":
+            typer.echo(text, nl=False)
+        else:
+            json_path.write_text(text, encoding="utf-8")
+    if json_path is None or str(json_path) != "-":
+        _render(report)
+    if not report.lossless:
+        raise ParityFailure("temperature 0 output differs from the target's greedy decoding (not lossless); "
+                            "see 'lossless' in the report")
+
+
+def _render(report) -> None:
+    for p in report.prompts:
+        t = Table(title=f"prompt of {len(p.prompt_ids)} tokens, {report.settings['max_new_tokens']} new, "
+                        f"block {report.settings['block_size']}, device {report.device}")
+        for c in ("drafter", "format", "mean AL (incl. bonus)", "accept rate (acc/drafted)", "tok/s", "lossless",
+                  "top-1 (teacher-forced)", "mean KL", "max |Δlogit|", "first divergence"):
+            t.add_column(c)
+        rows = [p.reference, *p.drafters] + ([p.emulated] if p.emulated else [])
+        for r in rows:
+            lp = r.logit_parity or {}
+            al = f"{r.mean_acceptance_length.mean:.3f}"
+            if r.mean_acceptance_length.sd:
+                al += f" ± {r.mean_acceptance_length.sd:.3f}"
+            if r.delta_vs_reference:
+                d = r.delta_vs_reference
+                al += f" ({d['mean_acceptance_length']:+.3f}{'' if d['real'] else ', within 1σ'})"
+            fd = lp.get("first_divergence")
+            top1 = lp.get("top1_agreement")
+            t.add_row(
+                Path(r.name).name if r.format else r.name, r.format or "-", al, f"{r.acceptance_rate.mean:.3f}", f"{r.tokens_per_s.mean:.1f}",
+                "-" if r.lossless is None else ("yes" if r.lossless else "NO"),
+                "-" if top1 is None else (f"{top1:.4f}" + ("  FLAGGED" if top1 < FLAG_TOP1 else "")),
+                "-" if not lp else f"{lp['mean_kl']:.2e}", "-" if not lp else f"{lp['max_abs']:.3g}",
+                "-" if not lp else ("none" if fd is None else f"step {fd['step']} pos {fd['position']}"),
+            )
+        out.print(t)
+        if p.emulated and p.emulated.notes:
+            note(f"emulated {report.settings['emulate']}: " + "; ".join(p.emulated.notes))
+        for r in p.drafters:
+            lp = r.logit_parity or {}
+            if lp and lp["top1_agreement"] < FLAG_TOP1:
+                warn(f"{r.name}: teacher-forced top-1 agreement {lp['top1_agreement']:.3f} < {FLAG_TOP1}: "
+                     "this GGUF does not compute what the checkpoint computes")
+    if report.against is not None:
+        a = report.against
+        out.print(f"against: {a['tensors_compared']} tensors compared, identical={a['identical']}, "
+                  f"max |Δ| by tensor: " + ", ".join(f"{k}={v:.3g}" for k, v in sorted(a["max_abs_by_tensor"].items())))
