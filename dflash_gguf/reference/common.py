@@ -1,0 +1,252 @@
+"""Pieces shared by the reference drafter and target: RMSNorm, SwiGLU, RoPE, attention, KV cache.
+
+Every formula mirrors transformers 5.15 (``modeling_rope_utils.ROPE_INIT_FUNCTIONS``,
+``Qwen3RotaryEmbedding``, ``Qwen3RMSNorm``, ``integrations/sdpa_attention.py``) so that the
+reference and z-lab's ``dflash`` 0.1.0 (which runs on those classes) agree to the last ulp
+wherever the op order allows it.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from ..config import RopeScaling
+from ..errors import ConfigError
+
+SUPPORTED_ROPE_TYPES = ("default", "linear", "yarn", "llama3")
+
+
+class RMSNorm(nn.Module):
+    """Normalise in float32, cast back, *then* scale: the cast before the weight is transformers' order."""
+
+    def __init__(self, dim: int, eps: float):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        dtype = x.dtype
+        x = x.to(torch.float32)
+        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * x.to(dtype)
+
+
+class MLP(nn.Module):
+    """SwiGLU: down(silu(gate(x)) * up(x))."""
+
+    def __init__(self, hidden: int, intermediate: int, bias: bool = False):
+        super().__init__()
+        self.gate_proj = nn.Linear(hidden, intermediate, bias=bias)
+        self.up_proj = nn.Linear(hidden, intermediate, bias=bias)
+        self.down_proj = nn.Linear(intermediate, hidden, bias=bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class KVCache:
+    """Preallocated K/V for every layer; ``length`` is the committed prefix.
+
+    Cropping is just moving ``length`` back: rejected rows are overwritten by the next write,
+    so a whole generation runs without reallocating.
+    """
+
+    def __init__(self, n_layers: int, n_kv_heads: int, head_dim: int, capacity: int,
+                 dtype: torch.dtype, device: torch.device):
+        shape = (n_layers, 1, n_kv_heads, capacity, head_dim)
+        self.k = torch.zeros(shape, dtype=dtype, device=device)
+        self.v = torch.zeros(shape, dtype=dtype, device=device)
+        self.capacity = capacity
+        self.length = 0
+
+    def write(self, layer: int, pos: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Store k/v (1, nkv, L, D) at [pos, pos+L) and return every row up to pos+L."""
+        end = pos + k.shape[2]
+        if pos > self.length or end > self.capacity:
+            raise IndexError(f"KV write [{pos}, {end}) outside the cache (length {self.length}, capacity {self.capacity})")
+        self.k[layer, :, :, pos:end] = k
+        self.v[layer, :, :, pos:end] = v
+        return self.k[layer, :, :, :end], self.v[layer, :, :, :end]
+
+    def crop(self, length: int) -> None:
+        self.length = length
+
+
+@dataclass(frozen=True)
+class RopeSpec:
+    """What ``ROPE_INIT_FUNCTIONS`` needs: everything else about RoPE is the same for all types."""
+
+    head_dim: int
+    theta: float
+    scaling: RopeScaling | None = None
+    partial_rotary_factor: float | None = None
+    max_position_embeddings: int | None = None
+    truncate: bool = True  # yarn only; a bool, so RopeScaling.params (numbers only) cannot carry it
+
+
+def inv_freq(spec: RopeSpec) -> tuple[torch.Tensor, float]:
+    """(inv_freq (D/2,) float32, attention_scaling) exactly as transformers computes them.
+
+    Raises:
+        ConfigError: a scaling type the reference does not implement, or partial rotary
+            with a scaled rope (transformers would build cos/sin narrower than the heads and
+            crash in ``apply_rotary_pos_emb``; the reference refuses instead).
+    """
+    kind = "default" if spec.scaling is None else spec.scaling.type
+    if kind not in SUPPORTED_ROPE_TYPES:
+        raise ConfigError(f"rope type {kind!r} is not implemented by the reference (supported: {', '.join(SUPPORTED_ROPE_TYPES)})")
+    base = spec.theta
+    if kind == "default":
+        # transformers' default rope ignores partial_rotary_factor: it rotates the whole head.
+        dim = spec.head_dim
+        return 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.float) / dim)), 1.0
+
+    partial = spec.partial_rotary_factor or 1.0
+    dim = int(spec.head_dim * partial)
+    if dim != spec.head_dim:
+        raise ConfigError(
+            f"partial_rotary_factor={partial} with rope type {kind!r}: z-lab's reference cannot run this "
+            "(cos/sin narrower than the heads); not supported"
+        )
+    p = spec.scaling.params
+    factor = spec.scaling.factor
+    if kind == "linear":
+        inv = 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.int64).to(dtype=torch.float) / dim))
+        return inv / factor, 1.0
+
+    orig = spec.scaling.original_context_length or spec.max_position_embeddings
+    if orig is None:
+        raise ConfigError(f"rope type {kind!r} needs original_max_position_embeddings")
+    if kind == "llama3":
+        inv = 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.int64).to(dtype=torch.float) / dim))
+        low, high = p["low_freq_factor"], p["high_freq_factor"]
+        low_wavelen, high_wavelen = orig / low, orig / high
+        wavelen = 2 * math.pi / inv
+        scaled = torch.where(wavelen > low_wavelen, inv / factor, inv)
+        smooth = (orig / wavelen - low) / (high - low)
+        smoothed = (1 - smooth) * scaled / factor + smooth * scaled
+        medium = ~(wavelen < high_wavelen) * ~(wavelen > low_wavelen)
+        return torch.where(medium, smoothed, scaled), 1.0
+
+    # yarn
+    def mscale(scale: float, m: float = 1.0) -> float:
+        return 1.0 if scale <= 1 else 0.1 * m * math.log(scale) + 1.0
+
+    attention_factor = p.get("attention_factor")
+    if attention_factor is None:
+        if p.get("mscale") and p.get("mscale_all_dim"):
+            attention_factor = float(mscale(factor, p["mscale"]) / mscale(factor, p["mscale_all_dim"]))
+        else:
+            attention_factor = mscale(factor)
+    beta_fast = p.get("beta_fast") or 32
+    beta_slow = p.get("beta_slow") or 1
+
+    def correction_dim(rotations: float) -> float:
+        return (dim * math.log(orig / (rotations * 2 * math.pi))) / (2 * math.log(base))
+
+    low, high = correction_dim(beta_fast), correction_dim(beta_slow)
+    if spec.truncate:
+        low, high = math.floor(low), math.ceil(high)
+    low, high = max(low, 0), min(high, dim - 1)
+    if low == high:
+        high += 0.001  # transformers' guard against a zero-width ramp
+    pos_freqs = base ** (torch.arange(0, dim, 2).to(dtype=torch.float) / dim)
+    extrapolation, interpolation = 1.0 / pos_freqs, 1.0 / (factor * pos_freqs)
+    ramp = torch.clamp((torch.arange(dim // 2, dtype=torch.float32) - low) / (high - low), 0, 1)
+    extra_factor = 1 - ramp
+    return interpolation * (1 - extra_factor) + extrapolation * extra_factor, attention_factor
+
+
+class RopeTable:
+    """cos/sin for every position a generation can reach, computed once (no per-step work)."""
+
+    def __init__(self, spec: RopeSpec, length: int, dtype: torch.dtype, device: torch.device):
+        inv, scale = inv_freq(spec)
+        positions = torch.arange(length, dtype=torch.float32)
+        # An outer product of float32 scalars is exact, so slicing this table gives the same
+        # bits as transformers' per-call ``inv_freq @ position_ids``.
+        freqs = positions[:, None] * inv[None, :]  # (L, D/2)
+        emb = torch.cat((freqs, freqs), dim=-1)  # (L, D)
+        self.cos = (emb.cos() * scale).to(device=device, dtype=dtype)
+        self.sin = (emb.sin() * scale).to(device=device, dtype=dtype)
+
+    def __call__(self, start: int, stop: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.cos[start:stop], self.sin[start:stop]  # (L, D) each
+
+
+def rotate_half(x: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """x (B, nh, L, D); cos/sin (L, D) for exactly those L positions."""
+    return (x * cos) + (rotate_half(x) * sin)
+
+
+def repeat_kv(x: torch.Tensor, n_rep: int) -> torch.Tensor:
+    B, nkv, L, D = x.shape
+    return x[:, :, None].expand(B, nkv, n_rep, L, D).reshape(B, nkv * n_rep, L, D)
+
+
+def attend(
+    q: torch.Tensor,  # (B, nh, Lq, D)
+    k: torch.Tensor,  # (B, nkv, Lk, D)
+    v: torch.Tensor,  # (B, nkv, Lk, D)
+    mask: torch.Tensor | None,  # (Lq, Lk) bool, True = visible
+    scale: float,
+    causal: bool = False,
+) -> torch.Tensor:
+    """SDPA as transformers' sdpa_attention_forward calls it -> (B, Lq, nh·D).
+
+    GQA goes through ``enable_gqa`` only when there is no mask (transformers' rule; with a
+    mask it repeats K/V), so both implementations hit the same SDPA kernels.
+    """
+    groups = q.shape[1] // k.shape[1]
+    kwargs = {}
+    if groups > 1:
+        if mask is None and k.shape[-1] <= 256:
+            kwargs["enable_gqa"] = True
+        else:
+            k, v = repeat_kv(k, groups), repeat_kv(v, groups)
+    out = F.scaled_dot_product_attention(
+        q, k, v, attn_mask=None if mask is None else mask[None, None], scale=scale, is_causal=causal, **kwargs
+    )
+    B, nh, L, D = out.shape
+    return out.transpose(1, 2).reshape(B, L, nh * D)
+
+
+def visibility_mask(
+    q_len: int, kv_len: int, *, causal: bool, window: int | None, device: torch.device
+) -> torch.Tensor | None:
+    """z-lab's ``_attention_mask``: query i sits at key index kv_len - q_len + i.
+
+    Causal keeps key <= query; a sliding window keeps query - key < window, and when the layer
+    is not causal also key - query < window (the window then looks both ways).
+    Returns None when nothing is masked (a full, non-causal layer).
+    """
+    if not causal and window is None:
+        return None
+    qpos = kv_len - q_len + torch.arange(q_len, device=device)[:, None]
+    kpos = torch.arange(kv_len, device=device)[None, :]
+    visible = torch.ones((q_len, kv_len), dtype=torch.bool, device=device)
+    if causal:
+        visible &= kpos <= qpos
+    if window is not None:
+        visible &= qpos - kpos < window
+        if not causal:
+            visible &= kpos - qpos < window
+    return visible
+
+
+def yarn_truncate(raw: dict) -> bool:
+    """transformers reads ``truncate`` (default True) from the rope dict; configs rarely set it."""
+    for key in ("rope_scaling", "rope_parameters"):
+        src = raw.get(key)
+        if isinstance(src, dict) and "truncate" in src:
+            return bool(src["truncate"])
+    return True

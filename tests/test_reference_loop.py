@@ -1,0 +1,200 @@
+"""The draft → verify loop: lossless greedy, edges, stop tokens, sampling, caches, teacher forcing."""
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from dflash_gguf.reference import (  # noqa: E402
+    StepInputs, Workspace, generate, greedy_decode, load_drafter, load_target, teacher_forced, tiny,
+)
+
+# vocab 8 and these seeds give a mix of acceptance lengths 1..4 (random models rarely agree).
+TARGET = tiny.target_config(vocab=8, layers=4, tie=False)
+PROMPT = [1, 2, 3, 4, 5]
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    root = tmp_path_factory.mktemp("loop")
+    target = load_target(tiny.save_target(root / "t", TARGET, seed=1))
+    drafter = load_drafter(tiny.save_drafter(root / "d", tiny.drafter_config(TARGET, block_size=4), seed=8,
+                                             residual=0.3))
+    return drafter, target
+
+
+@pytest.fixture(scope="module")
+def greedy(models):
+    return greedy_decode(models[1], PROMPT, 60)
+
+
+def _naive_greedy(target, prompt, n):
+    """Greedy with a fresh cache every token: independent of the cache bookkeeping under test."""
+    from dflash_gguf.reference.common import RopeTable
+
+    ids = list(prompt)
+    for _ in range(n):
+        rope = RopeTable(target.spec.rope, len(ids), torch.float32, torch.device("cpu"))
+        with torch.no_grad():
+            logits = target(torch.tensor([ids]), rope, target.new_cache(len(ids)), logits_to_keep=1)
+        ids.append(int(logits[0, -1].argmax()))
+    return ids[len(prompt):]
+
+
+def test_greedy_decode_is_plain_greedy(models, greedy):
+    assert greedy[:20] == _naive_greedy(models[1], PROMPT, 20)
+
+
+@pytest.mark.parametrize("block_size", [None, 2, 7])
+def test_lossless_at_temperature_zero(models, greedy, block_size):
+    drafter, target = models
+    r = generate(drafter, target, PROMPT, 60, block_size=block_size)
+    assert r.new_ids == greedy
+    assert r.output_ids == PROMPT + greedy
+    if block_size is None:
+        assert max(r.acceptance_lengths) > 2  # the fixture really exercises multi-token commits
+
+
+def test_block_size_one_is_autoregressive(models, greedy):
+    drafter, target = models
+    r = generate(drafter, target, PROMPT, 12, block_size=1)
+    assert r.new_ids == greedy[:12]
+    assert all(s.draft == [] and s.produced == 1 for s in r.steps)
+
+
+def test_step_bookkeeping(models):
+    drafter, target = models
+    r = generate(drafter, target, PROMPT, 45)
+    assert sum(r.acceptance_lengths) + 1 == len(r.new_ids) == 45
+    committed = PROMPT + r.new_ids
+    for s in r.steps:
+        assert s.block[0] == committed[s.start]
+        assert s.block[1:] == [drafter.mask_token_id] * (len(s.block) - 1)
+        assert len(s.draft) == len(s.block) - 1 and 0 <= s.accepted <= len(s.draft)
+        assert 1 <= s.produced <= s.accepted + 1
+        assert committed[s.start + 1:s.start + 1 + s.produced] == (s.draft[:s.accepted] + [s.bonus])[:s.produced]
+    assert r.acceptance_lengths == [s.produced for s in r.steps]
+
+
+@pytest.mark.parametrize("n", [0, 1, 2, 3, 4, 5, 9, 10, 11, 19, 23])
+def test_max_new_tokens_edges(models, greedy, n):
+    drafter, target = models
+    r = generate(drafter, target, PROMPT, n)
+    assert r.new_ids == greedy[:n]
+    # The bonus past the end is written to the buffer but never counted as produced.
+    assert sum(r.acceptance_lengths) + 1 == max(n, 1) if n else r.acceptance_lengths == []
+    if n <= 1:
+        assert r.steps == []  # the prefill alone produced everything
+    else:
+        # The last round never drafts past the end: its block is cut to the remaining slots.
+        assert all(s.start + len(s.block) <= len(PROMPT) + n for s in r.steps)
+
+
+def test_stop_tokens(models, greedy):
+    drafter, target = models
+    seen = set()
+    for k, tok in enumerate(greedy[:30]):
+        if tok in seen:
+            continue
+        seen.add(tok)
+        r = generate(drafter, target, PROMPT, 60, stop_token_ids=[tok])
+        assert r.new_ids == greedy[:k + 1] and r.stopped
+        if k == 0:
+            assert r.steps == []  # the prefill's own token stops it
+    r = generate(drafter, target, PROMPT, 60, stop_token_ids=[t for t in range(8) if t not in greedy])
+    assert r.new_ids == greedy and not r.stopped
+
+
+def test_mask_id_in_output_is_kept_and_not_a_stop(models, tmp_path, greedy):
+    """z-lab PR #76: the buffer tail is full of mask ids; only the committed slice is scanned."""
+    drafter, target = models
+    common = max(set(greedy), key=greedy.count)
+    cfg = tiny.drafter_config(TARGET, block_size=4, mask_token_id=common)
+    masked = load_drafter(tiny.save_drafter(tmp_path, cfg, seed=8, residual=0.3))
+    assert generate(masked, target, PROMPT, 60).new_ids == greedy
+    absent = next(t for t in range(8) if t not in greedy)
+    cfg = tiny.drafter_config(TARGET, block_size=4, mask_token_id=absent)
+    masked = load_drafter(tiny.save_drafter(tmp_path / "absent", cfg, seed=8, residual=0.3))
+    r = generate(masked, target, PROMPT, 60, stop_token_ids=[absent])
+    assert r.new_ids == greedy and not r.stopped
+
+
+def test_sampling_is_seeded(models):
+    drafter, target = models
+    kw = dict(temperature=1.5, top_p=0.95, top_k=6)
+    a = generate(drafter, target, PROMPT, 40, seed=11, **kw)
+    b = generate(drafter, target, PROMPT, 40, seed=11, **kw)
+    assert a.new_ids == b.new_ids and a.acceptance_lengths == b.acceptance_lengths
+    others = [generate(drafter, target, PROMPT, 40, seed=s, **kw).new_ids for s in (12, 13, 14)]
+    assert any(o != a.new_ids for o in others)
+    # seed=None uses torch's global RNG, like z-lab: seeding it reproduces the run.
+    torch.manual_seed(3)
+    c = generate(drafter, target, PROMPT, 40, **kw)
+    torch.manual_seed(3)
+    assert generate(drafter, target, PROMPT, 40, **kw).new_ids == c.new_ids
+
+
+def test_top_k_one_sampling_equals_greedy(models, greedy):
+    """With top_k=1 both distributions are one-hot: rejection sampling must reduce to prefix match."""
+    drafter, target = models
+    r = generate(drafter, target, PROMPT, 60, temperature=0.7, top_k=1, seed=0)
+    assert r.new_ids == greedy
+
+
+def test_bad_arguments(models):
+    drafter, target = models
+    for kw in (dict(temperature=-1.0), dict(top_p=0.0), dict(top_k=-1)):
+        with pytest.raises(ValueError):
+            generate(drafter, target, PROMPT, 4, **kw)
+    with pytest.raises(ValueError):
+        generate(drafter, target, [], 4)
+
+
+def test_static_workspace(models, greedy):
+    drafter, target = models
+    ws = Workspace(drafter, target, 80)
+    tensors = [ws.target_cache.k, ws.target_cache.v, ws.draft_cache.k, ws.draft_cache.v, ws.features, ws.ids]
+    ptrs = [t.data_ptr() for t in tensors]
+    for n in (60, 30, 60):
+        assert generate(drafter, target, PROMPT, n, workspace=ws).new_ids == greedy[:n]
+    assert [t.data_ptr() for t in (ws.target_cache.k, ws.target_cache.v, ws.draft_cache.k, ws.draft_cache.v,
+                                   ws.features, ws.ids)] == ptrs
+    with pytest.raises(ValueError, match="too small"):
+        generate(drafter, target, PROMPT, 80, workspace=ws)
+
+
+def test_teacher_forced_replay(models):
+    drafter, target = models
+    r = generate(drafter, target, PROMPT, 40, record=True)
+    same = teacher_forced(drafter, target, r)
+    assert len(same.steps) == len(r.steps)
+    assert same.max_abs_diff == 0.0 and same.token_agreement == 1.0
+
+    other = copy.deepcopy(drafter)
+    with torch.no_grad():
+        other.layers[1].mlp.down_proj.weight.mul_(1.05)
+    nudged = teacher_forced(other, target, r)
+    assert nudged.max_abs_diff > 1e-4
+
+    recorded = {s.start: s.draft_logits for s in r.steps}
+
+    def external(inp: StepInputs):
+        assert inp.context.shape[0] > 0 and inp.block[0] == (PROMPT + r.new_ids)[inp.start]
+        return recorded[inp.start]
+
+    assert teacher_forced(external, target, r).max_abs_diff == 0.0
+    with pytest.raises(ValueError, match="record=True"):
+        teacher_forced(drafter, target, generate(drafter, target, PROMPT, 10))
+
+
+@pytest.mark.gpu
+def test_cuda_matches_cpu(tmp_path):
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    t = tiny.save_target(tmp_path / "t", TARGET, seed=1)
+    d = tiny.save_drafter(tmp_path / "d", tiny.drafter_config(TARGET, block_size=4), seed=8, residual=0.3)
+    runs = [generate(load_drafter(d, device=dev), load_target(t, device=dev), PROMPT, 40).new_ids
+            for dev in ("cpu", "cuda")]
+    assert runs[0] == runs[1]
