@@ -15,7 +15,7 @@ import numpy as np
 from gguf import GGMLQuantizationType as Q
 
 from .config import DrafterConfig, TargetConfig, parse_config, parse_target_config
-from .errors import GGUFFormatError, WeightsError
+from .errors import ConfigError, GGUFFormatError, WeightsError
 from .formats import meta_from_gguf
 from .gguf_read import GGUFFile, TensorEntry, read_gguf
 
@@ -125,13 +125,39 @@ def _rope_scaling(hp: dict[str, Any]) -> dict[str, Any] | None:
     return out
 
 
+# Constants a runtime takes from the GGUF: when they differ from config.json, the GGUF's value
+# is what a runtime computes with, so parity uses it and reports the difference.
+CONSTANTS = ("rope_theta", "rope_scaling", "rms_norm_eps", "sliding_window", "swa_pattern", "is_causal",
+             "final_logit_softcapping", "output_multiplier", "input_embedding_scale", "head_dim",
+             "num_key_value_heads", "num_attention_heads", "intermediate_size")
+# Facts that identify the drafter: a mismatch means the GGUF belongs to another checkpoint.
+IDENTITY = ("target_layer_ids", "num_hidden_layers", "hidden_size", "block_size", "mask_token_id")
+
+
+def compare_with_config(gguf_cfg: DrafterConfig, cfg: DrafterConfig, path) -> list[str]:
+    """Notes on constants that differ; WeightsError when the two describe different drafters."""
+    for name in IDENTITY:
+        got, want = getattr(gguf_cfg, name), getattr(cfg, name)
+        if got != want:
+            raise WeightsError(f"{path}: {name} is {got} in the GGUF but {want} in {cfg.path}; "
+                               "they describe different drafters")
+    notes = []
+    for name in CONSTANTS:
+        got, want = getattr(gguf_cfg, name), getattr(cfg, name)
+        same = got == want or (isinstance(got, float) and isinstance(want, float) and abs(got - want) <= 1e-6 * abs(want))
+        if not same:
+            notes.append(f"{name} is {got} in the GGUF but {want} in config.json; the GGUF's value is used, "
+                         "as a runtime would")
+    return notes
+
+
 # --- target (qwen3 / llama GGUF, as llama.cpp's converter writes them) -------------------------
 _TARGET_LAYER = {
     "attn_norm.weight": "input_layernorm.weight", "ffn_norm.weight": "post_attention_layernorm.weight",
     "attn_q.weight": "self_attn.q_proj.weight", "attn_k.weight": "self_attn.k_proj.weight",
     "attn_v.weight": "self_attn.v_proj.weight", "attn_output.weight": "self_attn.o_proj.weight",
     "attn_q.bias": "self_attn.q_proj.bias", "attn_k.bias": "self_attn.k_proj.bias",
-    "attn_v.bias": "self_attn.v_proj.bias",
+    "attn_v.bias": "self_attn.v_proj.bias", "attn_output.bias": "self_attn.o_proj.bias",
     "attn_q_norm.weight": "self_attn.q_norm.weight", "attn_k_norm.weight": "self_attn.k_norm.weight",
     "ffn_gate.weight": "mlp.gate_proj.weight", "ffn_up.weight": "mlp.up_proj.weight",
     "ffn_down.weight": "mlp.down_proj.weight",
@@ -169,6 +195,9 @@ def target_from_gguf(path: str | Path) -> tuple[TargetConfig, dict[str, np.ndarr
         return item.value
 
     names = {t.name: t for t in f.tensors}
+    if "rope_freqs.weight" in names:
+        raise ConfigError(f"{path}: llama3-style rope_freqs are not supported for reference targets; "
+                          "use the target's Hugging Face dir")
     if "token_embd.weight" not in names:
         raise GGUFFormatError(f"{path}: token_embd.weight is missing; not a complete target model")
     n_head, n_kv = int(kv("attention.head_count")), int(kv("attention.head_count_kv", kv("attention.head_count")))
@@ -188,7 +217,11 @@ def target_from_gguf(path: str | Path) -> tuple[TargetConfig, dict[str, np.ndarr
         "max_position_embeddings": int(kv("context_length", 4096)),
         "tie_word_embeddings": "output.weight" not in names,
         "attention_bias": "blk.0.attn_q.bias" in names,
+        "mlp_bias": "blk.0.ffn_gate.bias" in names,
     }
+    scaling = _rope_scaling({k[len(arch) + 1:]: v.value for k, v in f.kvs.items() if k.startswith(f"{arch}.")})
+    if scaling:
+        raw["rope_scaling"] = scaling
     tc = parse_target_config(raw, Path(path))
     weights: dict[str, np.ndarray] = {}
     for t in f.tensors:
@@ -199,9 +232,7 @@ def target_from_gguf(path: str | Path) -> tuple[TargetConfig, dict[str, np.ndarr
         else:
             hf = _TARGET_GLOBAL.get(t.name)
         if hf is None:
-            if t.name == "rope_freqs.weight":
-                continue
-            raise WeightsError(f"{path}: tensor {t.name} is not part of a dense {arch} target")
+            raise GGUFFormatError(f"{path}: tensor {t.name} is not part of a dense {arch} target")
         w = dequantized(f, t)
         if arch == "llama" and m and m.group(2) in ("attn_q.weight", "attn_k.weight"):
             w = unpermute_rope(w, n_head if m.group(2) == "attn_q.weight" else n_kv)

@@ -299,6 +299,7 @@ def run_parity(
             tf = ref.teacher_forced(model, tmodel, ref_runs[0])
             s.logit_parity = logit_parity(ref_runs[0], tf)
             s.delta_vs_reference = _delta(reference, s)
+            s.notes = list(getattr(model, "gguf_notes", []))
             drafters.append(s)
         emu = None
         if emulated is not None:

@@ -161,3 +161,26 @@ def test_cuda_path_matches_cpu(cli, tmp_path):
     c = parity(cli, tmp_path, n=20)[1]
     assert g["device"].startswith("cuda") and g["reference"]["lossless"] is True
     assert g["reference"]["new_ids"] == c["reference"]["new_ids"]
+
+
+def test_wrong_theta_baked_in_a_gguf_is_reported_and_used(cli, tmp_path):
+    """A converter that baked the wrong RoPE theta: parity names the constant and runs with it."""
+    good = gguf_of(cli, tmp_path, drafter="qwen3-nested", outtype="auto", name="good.gguf")
+    r = GGUFReader(good)
+    bad = tmp_path / "theta.gguf"
+    w = GGUFWriter(bad, "dflash")
+    for k, f in r.fields.items():
+        if not k.startswith("GGUF.") and k != "general.architecture":
+            value = 1e6 if k == "dflash.rope.freq_base" else f.contents()
+            w.add_key_value(k, value, f.types[0], sub_type=f.types[1] if len(f.types) > 1 else None)
+    for t in r.tensors:
+        w.add_tensor(t.name, np.array(t.data), raw_dtype=t.tensor_type)
+    w.write_header_to_file(); w.write_kv_data_to_file(); w.write_tensors_to_file(); w.close()
+    code, rep, so, se = parity(cli, tmp_path, "--drafter-gguf", good, "--drafter-gguf", bad, drafter="qwen3-nested",
+                               prompt=",".join(str(i) for i in range(3, 60)), n=16)
+    assert code == 0, se
+    exact, wrong = rep["drafters"]
+    assert exact["logit_parity"]["max_abs"] == 0.0 and not exact.get("notes")
+    assert any("rope_theta is 1000000.0 in the GGUF but 10000000.0" in n for n in wrong["notes"])
+    assert wrong["logit_parity"]["max_abs"] > 0  # the wrong theta was really used
+    assert "rope_theta" in se

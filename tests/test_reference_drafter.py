@@ -353,5 +353,5 @@ def test_drafter_from_gguf_refuses_another_drafter(gguf_setup, tmp_path):
     other = tiny.drafter_config(tiny.target_config(vocab=512, layers=3, tie=False), taps=(0, 1))
     (tmp_path / "other").mkdir()
     (tmp_path / "other" / "config.json").write_text(json.dumps(other))
-    with pytest.raises(WeightsError, match="target layer ids"):
+    with pytest.raises(WeightsError, match="target_layer_ids is \\(0, 2\\) in the GGUF but \\(0, 1\\)"):
         drafter_from_gguf(out, tmp_path / "other")

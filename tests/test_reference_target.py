@@ -160,7 +160,8 @@ def test_llama_gguf_target_matches_hf_dir():
 
 def test_qwen3_gguf_target_matches_safetensors(tmp_path):
     gguf = pytest.importorskip("gguf")
-    from dflash_gguf.reference.load import _GGUF_TARGET_GLOBAL, _GGUF_TARGET_LAYER, target_from_gguf
+    from dflash_gguf.gguf_weights import _TARGET_GLOBAL as _GGUF_TARGET_GLOBAL, _TARGET_LAYER as _GGUF_TARGET_LAYER
+    from dflash_gguf.reference.load import target_from_gguf
 
     cfg = tiny.target_config(vocab=48, layers=2, tie=False, rope_scaling={"rope_type": "yarn", "factor": 4.0,
                                                                           "original_max_position_embeddings": 8})

@@ -109,6 +109,8 @@ def _render(report) -> None:
         if p.emulated and p.emulated.notes:
             note(f"emulated {report.settings['emulate']}: " + "; ".join(p.emulated.notes))
         for r in p.drafters:
+            for n in r.notes:
+                warn(f"{Path(r.name).name}: {n}")
             lp = r.logit_parity or {}
             if lp and lp["top1_agreement"] < FLAG_TOP1:
                 warn(f"{r.name}: teacher-forced top-1 agreement {lp['top1_agreement']:.3f} < {FLAG_TOP1}: "

@@ -160,140 +160,52 @@ def load_target(target_dir: str | Path, *, dtype: str | torch.dtype = "float32",
                              where=str(tc.path.parent))
 
 
-def drafter_from_gguf(gguf_path: str | Path, config: str | Path | DrafterConfig, *,
+def drafter_from_gguf(gguf_path: str | Path, config: str | Path | DrafterConfig | None = None, *,
                       dtype: str | torch.dtype = "float32", device: str | torch.device = "auto") -> DFlashDrafter:
-    """The drafter built from its config.json with every weight taken (dequantized) from a GGUF.
+    """The drafter a runtime would run from a GGUF: its constants and its (dequantized) weights.
 
-    Any of the four drafter GGUF spellings works: the file's format is detected and its
-    tensor names are mapped back to the checkpoint names. This is what a GGUF runtime would
-    compute with, so ``teacher_forced`` against the safetensors drafter isolates what
-    conversion and quantization changed.
+    Any of the four drafter GGUF spellings works (``gguf_weights.drafter_from_gguf`` detects the
+    format and maps names back). With ``config`` (the checkpoint's config.json), the two must
+    describe the same drafter (taps, depth, width, block size, mask id); constants that differ
+    (theta, eps, window, causality, softcap, …) are kept as the GGUF has them and listed in
+    the returned module's ``gguf_notes``, so parity shows what a wrong constant costs.
 
     Raises:
         GGUFFormatError: not a DFlash drafter GGUF, or a tensor name no format defines.
-        WeightsError: the GGUF's taps / block size / mask id / sizes disagree with the config,
-            or its tensors do not fill the architecture.
-        QuantizationError: a tensor type that cannot be dequantized.
+        WeightsError: the GGUF and the config describe different drafters, or tensors that do
+            not fill the architecture.
     """
-    from ..errors import GGUFFormatError
-    from ..formats import meta_from_gguf
-    from ..gguf_read import read_gguf
-    from ..quants import dequantize
+    from dataclasses import replace
 
-    cfg = config if isinstance(config, DrafterConfig) else load_config(config)
-    f = read_gguf(gguf_path)
-    fmt, meta = meta_from_gguf(f.kvs, f.shapes(), gguf_path)
-    checks = [("target layer ids", tuple(meta.taps), tuple(cfg.target_layer_ids)),
-              ("block_count", meta.n_layers, cfg.num_hidden_layers),
-              ("embedding_length", meta.hidden_size, cfg.hidden_size),
-              ("block_size", meta.block_size, cfg.block_size),
-              ("mask_token_id", meta.mask_token_id, cfg.mask_token_id)]
-    for what, got, want in checks:
-        if got is not None and got != want:
-            raise WeightsError(f"{gguf_path}: {what} is {got} in the GGUF ({fmt.name} format) but {want} in "
-                               f"{cfg.path}; they describe different drafters")
-    state: dict[str, torch.Tensor] = {}
-    for entry in f.tensors:
-        if entry.name == "rope_freqs.weight":
-            continue  # llama3 rope factors the converter generates from the config; so does the reference
-        name = fmt.source_name(entry.name)
-        if name is None:
-            raise GGUFFormatError(f"{gguf_path}: tensor {entry.name} is not a {fmt.name} drafter tensor")
-        values = dequantize(f.raw(entry), entry.ggml_type, entry.shape)  # numpy order == torch (out, in)
-        state[name] = torch.from_numpy(values.copy())
-    return drafter_from_state(cfg, state, dtype=dtype, device=device)
+    from ..gguf_weights import compare_with_config
+    from ..gguf_weights import drafter_from_gguf as read_drafter
 
-
-# llama.cpp tensor names for the dense Qwen3 / Llama blocks -> Hugging Face names.
-_GGUF_TARGET_GLOBAL = {"token_embd.weight": "model.embed_tokens.weight", "output_norm.weight": "model.norm.weight",
-                       "output.weight": "lm_head.weight"}
-_GGUF_TARGET_LAYER = {
-    "attn_norm.weight": "input_layernorm.weight", "ffn_norm.weight": "post_attention_layernorm.weight",
-    "attn_q.weight": "self_attn.q_proj.weight", "attn_k.weight": "self_attn.k_proj.weight",
-    "attn_v.weight": "self_attn.v_proj.weight", "attn_output.weight": "self_attn.o_proj.weight",
-    "attn_q.bias": "self_attn.q_proj.bias", "attn_k.bias": "self_attn.k_proj.bias",
-    "attn_v.bias": "self_attn.v_proj.bias", "attn_output.bias": "self_attn.o_proj.bias",
-    "attn_q_norm.weight": "self_attn.q_norm.weight", "attn_k_norm.weight": "self_attn.k_norm.weight",
-    "ffn_gate.weight": "mlp.gate_proj.weight", "ffn_up.weight": "mlp.up_proj.weight",
-    "ffn_down.weight": "mlp.down_proj.weight",
-}
-
-
-def unpermute_qk(w: torch.Tensor, n_head: int) -> torch.Tensor:
-    """Undo convert_hf_to_gguf's LlamaModel.permute: llama.cpp's llama arch uses interleaved-pair
-    RoPE, so the converter reorders Q/K rows from HF's rotate-half layout; this restores them."""
-    return w.reshape(n_head, w.shape[0] // n_head // 2, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+    gcfg, weights, _fmt = read_drafter(gguf_path)
+    notes: list[str] = []
+    if config is not None:
+        cfg = config if isinstance(config, DrafterConfig) else load_config(config)
+        if cfg.rope_scaling is not None and cfg.rope_scaling.type == "llama3":
+            # the GGUF holds llama3 scaling as a rope_freqs tensor; the reference rebuilds it from the config
+            gcfg = replace(gcfg, rope_scaling=cfg.rope_scaling, raw={**gcfg.raw, "rope_scaling": cfg.raw.get("rope_scaling")})
+        notes = compare_with_config(gcfg, cfg, gguf_path)
+    state = {k: torch.from_numpy(v) for k, v in weights.items()}
+    model = drafter_from_state(gcfg, state, dtype=dtype, device=device)
+    model.gguf_notes = notes
+    return model
 
 
 def target_from_gguf(gguf_path: str | Path, *, dtype: str | torch.dtype = "float32",
                      device: str | torch.device = "auto") -> Target:
-    """A dense ``qwen3`` / ``llama`` target from a llama.cpp GGUF (tensors dequantized).
-
-    Llama Q/K rows are un-permuted as llama.cpp's converter permuted them; Qwen3 (NEOX rope)
-    is stored unpermuted.
+    """A dense ``qwen3`` / ``llama`` target from a llama.cpp GGUF (tensors dequantized; llama's
+    Q/K rows un-permuted as llama.cpp's converter permuted them; see ``gguf_weights``).
 
     Raises:
         GGUFFormatError: another architecture, a missing size key, or an unknown tensor name.
         ConfigError: RoPE the reference cannot rebuild from GGUF keys (a ``rope_freqs`` tensor).
     """
-    from ..config import RopeScaling
-    from ..errors import ConfigError, GGUFFormatError
-    from ..gguf_read import read_gguf
-    from ..quants import dequantize
-    from .common import RopeSpec
+    from ..gguf_weights import target_from_gguf as read_target
 
-    f = read_gguf(gguf_path)
-    arch = f.arch
-    if arch not in ("qwen3", "llama"):
-        raise GGUFFormatError(f"{gguf_path}: general.architecture={arch!r}; the reference target reads qwen3 / llama")
-
-    def key(name, default=None, required=False):
-        kv = f.kvs.get(f"{arch}.{name}")
-        if kv is None:
-            if required:
-                raise GGUFFormatError(f"{gguf_path}: required key {arch}.{name} is missing")
-            return default
-        return kv.value
-
-    shapes = f.shapes()
-    if "rope_freqs.weight" in shapes:
-        raise ConfigError(f"{gguf_path}: llama3-style rope_freqs are not supported by the reference target")
-    hidden, n_head = int(key("embedding_length", required=True)), int(key("attention.head_count", required=True))
-    head_dim = int(key("attention.key_length", hidden // n_head))
-    scaling = None
-    kind = key("rope.scaling.type")
-    if kind not in (None, "none"):
-        factor = key("rope.scaling.factor")
-        orig = key("rope.scaling.original_context_length")
-        params = {"factor": float(factor)} if factor is not None else {}
-        for suffix, name in (("yarn_beta_fast", "beta_fast"), ("yarn_beta_slow", "beta_slow"),
-                             ("yarn_attn_factor", "attention_factor")):
-            if key(f"rope.scaling.{suffix}") is not None:
-                params[name] = float(key(f"rope.scaling.{suffix}"))
-        scaling = RopeScaling(str(kind), None if factor is None else float(factor),
-                              None if orig is None else int(orig), params)
-    n_layers = int(key("block_count", required=True))
-    spec = TargetSpec(
-        arch=arch, hidden_size=hidden, intermediate_size=int(key("feed_forward_length", required=True)),
-        num_hidden_layers=n_layers, num_attention_heads=n_head,
-        num_key_value_heads=int(key("attention.head_count_kv", n_head)), head_dim=head_dim,
-        vocab_size=int(shapes["token_embd.weight"][0]),
-        rms_norm_eps=float(key("attention.layer_norm_rms_epsilon", required=True)),
-        rope=RopeSpec(head_dim, float(key("rope.freq_base", 10000.0)), scaling, None, key("context_length")),
-        attention_bias="blk.0.attn_q.bias" in shapes, mlp_bias="blk.0.ffn_gate.bias" in shapes,
-        tie_word_embeddings="output.weight" not in shapes, layer_windows=(None,) * n_layers,
-    )
-    state: dict[str, torch.Tensor] = {}
-    for entry in f.tensors:
-        name = _GGUF_TARGET_GLOBAL.get(entry.name)
-        if name is None and entry.name.startswith("blk."):
-            _, bid, rest = entry.name.split(".", 2)
-            if rest in _GGUF_TARGET_LAYER:
-                name = f"model.layers.{bid}.{_GGUF_TARGET_LAYER[rest]}"
-        if name is None:
-            raise GGUFFormatError(f"{gguf_path}: tensor {entry.name} is not part of a dense {arch} model")
-        t = torch.from_numpy(dequantize(f.raw(entry), entry.ggml_type, entry.shape).copy())
-        if arch == "llama" and name.endswith(("q_proj.weight", "k_proj.weight")):
-            t = unpermute_qk(t, n_head if "q_proj" in name else spec.num_key_value_heads)
-        state[name] = t
+    tc, weights = read_target(gguf_path)
+    spec = TargetSpec.from_config(tc)
+    state = {k: torch.from_numpy(v) for k, v in weights.items()}
     return target_from_state(spec, state, dtype=dtype, device=device, where=str(gguf_path))
