@@ -27,3 +27,31 @@ def cli(capsys):
         return code, captured.out, captured.err
 
     return run
+
+
+def rewrite_gguf(src, dst, *, values=None, drop=(), rename=None, data=None, alignment=None):
+    """Copy a GGUF key by key and tensor by tensor with gguf-py, changing only what is asked:
+    ``values`` {key: new value}, ``drop`` keys, ``rename`` {tensor: new name},
+    ``data`` {tensor: fn(array) -> array}, a custom ``alignment``. Used to plant faults."""
+    import numpy as np
+    from gguf import GGUFReader, GGUFWriter
+
+    r = GGUFReader(src)
+    w = GGUFWriter(dst, str(r.fields["general.architecture"].contents()))
+    if alignment:
+        w.add_custom_alignment(alignment)
+    for k, f in r.fields.items():
+        if k.startswith("GGUF.") or k == "general.architecture" or k in drop:
+            continue
+        value = (values or {}).get(k, f.contents())
+        w.add_key_value(k, value, f.types[0], sub_type=f.types[1] if len(f.types) > 1 else None)
+    for t in r.tensors:
+        arr = np.array(t.data)
+        if t.name in (data or {}):
+            arr = data[t.name](arr)
+        w.add_tensor((rename or {}).get(t.name, t.name), arr, raw_dtype=t.tensor_type)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return dst

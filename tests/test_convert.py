@@ -10,7 +10,7 @@ from gguf import GGUFReader
 
 from dflash_gguf.formats import FORMATS
 
-from conftest import BROKEN, DRAFTERS, TARGETS
+from conftest import BROKEN, DRAFTERS, TARGETS, rewrite_gguf
 
 LLAMA_GGUF = TARGETS / "llama-tiny.gguf"
 QWEN_DIR = TARGETS / "qwen3-tiny"
@@ -332,18 +332,20 @@ def test_hostile_key_types_are_a_clean_error(cli, tmp_path):
     from gguf import GGUFWriter
 
     code, src, _, _ = do_convert(cli, tmp_path, "qwen3-flat", "llama.cpp")
-    r = GGUFReader(src)
     bad = tmp_path / "bad.gguf"
-    w = GGUFWriter(bad, "dflash")
-    for k, f in r.fields.items():
-        if k.startswith("GGUF.") or k == "general.architecture":
-            continue
-        if k == "dflash.target_layers":
-            w.add_array(k, ["a", "b"])
-        else:
+    rewrite_gguf(src, bad, drop=("dflash.target_layers",))
+    with_strings = tmp_path / "bad2.gguf"
+    w_src = GGUFReader(bad)
+    from gguf import GGUFWriter
+
+    w = GGUFWriter(with_strings, "dflash")
+    for k, f in w_src.fields.items():
+        if not k.startswith("GGUF.") and k != "general.architecture":
             w.add_key_value(k, f.contents(), f.types[0], sub_type=f.types[1] if len(f.types) > 1 else None)
-    for t in r.tensors:
+    w.add_array("dflash.target_layers", ["a", "b"])
+    for t in w_src.tensors:
         w.add_tensor(t.name, np.array(t.data), raw_dtype=t.tensor_type)
     w.write_header_to_file(); w.write_kv_data_to_file(); w.write_tensors_to_file(); w.close()
+    bad = with_strings
     code, _, se = cli("retarget", bad, "--format", "dflash-draft", "-o", tmp_path / "o.gguf")
     assert code == 6 and "unexpected types" in se and "Traceback" not in se

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from gguf import GGUFReader
 
-from conftest import DRAFTERS, TARGETS
+from conftest import DRAFTERS, TARGETS, rewrite_gguf
 
 pytestmark = pytest.mark.slow
 IGNORED = {"general.name", "general.size_label", "general.type"}
@@ -93,32 +93,15 @@ def test_real_llama_cpp_loads_mainline_output(cli, tmp_path, drafter):
     assert load(out) == "LOADED"
 
 
-def rewrite(src, dst, drop_key=None, rename=None):
-    """Copy a GGUF key by key and tensor by tensor, optionally dropping a key / renaming a tensor."""
-    import gguf
-
-    r = GGUFReader(src)
-    w = gguf.GGUFWriter(dst, str(r.fields["general.architecture"].contents()))
-    for k, f in r.fields.items():
-        if k.startswith("GGUF.") or k in ("general.architecture", drop_key):
-            continue
-        w.add_key_value(k, f.contents(), f.types[0], sub_type=f.types[1] if len(f.types) > 1 else None)
-    for t in r.tensors:
-        name = (rename or {}).get(t.name, t.name)
-        w.add_tensor(name, np.array(t.data), raw_dtype=t.tensor_type)
-    w.write_header_to_file(); w.write_kv_data_to_file(); w.write_tensors_to_file(); w.close()
-    return dst
-
-
 def test_real_llama_cpp_rejects_wrong_names_keys_and_fork_formats(cli, tmp_path):
     """The loader is a real check: the same file rewritten untouched loads; a fork-format file,
     a missing required key or a renamed tensor each fail."""
     good = tmp_path / "d.gguf"
     assert cli("convert", DRAFTERS / "qwen3-flat", "--target-dir", TARGETS / "qwen3-tiny", "-o", good)[0] == 0
-    assert load(rewrite(good, tmp_path / "control.gguf")) == "LOADED"
+    assert load(rewrite_gguf(good, tmp_path / "control.gguf")) == "LOADED"
     fork = tmp_path / "fork.gguf"
     assert cli("retarget", good, "--format", "dflash-draft", "-o", fork)[0] == 0
     assert load(fork) == "FAILED"
-    assert load(rewrite(good, tmp_path / "nokey.gguf", drop_key="dflash.target_layers")) == "FAILED"
-    renamed = rewrite(good, tmp_path / "renamed.gguf", rename={"blk.0.attn_q.weight": "blk.0.attn_qq.weight"})
+    assert load(rewrite_gguf(good, tmp_path / "nokey.gguf", drop=("dflash.target_layers",))) == "FAILED"
+    renamed = rewrite_gguf(good, tmp_path / "renamed.gguf", rename={"blk.0.attn_q.weight": "blk.0.attn_qq.weight"})
     assert load(renamed) == "FAILED"

@@ -5,9 +5,8 @@ import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
-from gguf import GGUFReader, GGUFWriter  # noqa: E402
 
-from conftest import DRAFTERS, TARGETS  # noqa: E402
+from conftest import DRAFTERS, TARGETS, rewrite_gguf  # noqa: E402
 
 QWEN = TARGETS / "qwen3-tiny"
 PROMPT = "1,5,9,33,71,100,7,250"
@@ -53,18 +52,7 @@ def test_greedy_is_lossless_and_schema(cli, tmp_path):
 def test_bf16_gguf_is_exact_and_corrupted_gguf_is_flagged(cli, tmp_path):
     good = gguf_of(cli, tmp_path, outtype="auto", name="good.gguf")
     # corrupt: negate the final norm (what a sign bug in a converter would do)
-    r = GGUFReader(good)
-    bad = tmp_path / "bad.gguf"
-    w = GGUFWriter(bad, "dflash")
-    for k, f in r.fields.items():
-        if not k.startswith("GGUF.") and k != "general.architecture":
-            w.add_key_value(k, f.contents(), f.types[0], sub_type=f.types[1] if len(f.types) > 1 else None)
-    for t in r.tensors:
-        data = np.array(t.data)
-        if t.name == "output_norm.weight":  # F32
-            data = -data
-        w.add_tensor(t.name, data, raw_dtype=t.tensor_type)
-    w.write_header_to_file(); w.write_kv_data_to_file(); w.write_tensors_to_file(); w.close()
+    bad = rewrite_gguf(good, tmp_path / "bad.gguf", data={"output_norm.weight": lambda a: -a})
     code, rep, so, se = parity(cli, tmp_path, "--drafter-gguf", good, "--drafter-gguf", bad)
     assert code == 0, se  # still lossless: the target verifies every token
     exact, corrupt = rep["drafters"]
@@ -166,16 +154,7 @@ def test_cuda_path_matches_cpu(cli, tmp_path):
 def test_wrong_theta_baked_in_a_gguf_is_reported_and_used(cli, tmp_path):
     """A converter that baked the wrong RoPE theta: parity names the constant and runs with it."""
     good = gguf_of(cli, tmp_path, drafter="qwen3-nested", outtype="auto", name="good.gguf")
-    r = GGUFReader(good)
-    bad = tmp_path / "theta.gguf"
-    w = GGUFWriter(bad, "dflash")
-    for k, f in r.fields.items():
-        if not k.startswith("GGUF.") and k != "general.architecture":
-            value = 1e6 if k == "dflash.rope.freq_base" else f.contents()
-            w.add_key_value(k, value, f.types[0], sub_type=f.types[1] if len(f.types) > 1 else None)
-    for t in r.tensors:
-        w.add_tensor(t.name, np.array(t.data), raw_dtype=t.tensor_type)
-    w.write_header_to_file(); w.write_kv_data_to_file(); w.write_tensors_to_file(); w.close()
+    bad = rewrite_gguf(good, tmp_path / "theta.gguf", values={"dflash.rope.freq_base": 1e6})
     code, rep, so, se = parity(cli, tmp_path, "--drafter-gguf", good, "--drafter-gguf", bad, drafter="qwen3-nested",
                                prompt=",".join(str(i) for i in range(3, 60)), n=16)
     assert code == 0, se
