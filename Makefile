@@ -9,7 +9,7 @@ OUT := out
 .PHONY: demo test fixtures clean
 
 demo:
-	$(PY) -m pip install -q -e ".[tokenizers]"
+	$(PY) -m pip install -q -e ".[tokenizers,fast]"
 	mkdir -p $(OUT)
 	dflash-gguf convert fixtures/drafters/qwen3-flat --target-dir fixtures/targets/qwen3-tiny -o $(OUT)/qwen3-flat-dflash.gguf --force
 	dflash-gguf check $(OUT)/qwen3-flat-dflash.gguf

@@ -9,7 +9,7 @@ from gguf import GGUFReader, GGUFWriter, GGMLQuantizationType as Q
 
 from dflash_gguf.formats import FORMATS
 
-from conftest import DRAFTERS, TARGETS
+from conftest import DRAFTERS, TARGETS, rewrite_gguf
 
 QWEN_DIR = TARGETS / "qwen3-tiny"
 FC = {"llama.cpp": "fc.weight", "llama.cpp-pr22105": "fc.weight", "dflash-draft": "dflash_fc.weight",
@@ -106,18 +106,13 @@ def test_unknown_type_and_nan_refused(cli, tmp_path):
     code, _, se = cli("quantize", src, tmp_path / "x.gguf", "q5_k_m")
     assert code == 8 and "Q4_K_M" in se
     # plant a NaN in one F32 weight
-    r = GGUFReader(src)
-    bad = tmp_path / "nan.gguf"
-    w = GGUFWriter(bad, "qwen35-dflash-draft")
-    for k, f in r.fields.items():
-        if not k.startswith("GGUF.") and k != "general.architecture":
-            w.add_key_value(k, f.contents(), f.types[0], sub_type=f.types[1] if len(f.types) > 1 else None)
-    for t in r.tensors:
-        data = np.array(t.data)
-        if t.name == "blk.0.ffn_up.weight":
-            data.reshape(-1)[7] = np.nan
-        w.add_tensor(t.name, data)
-    w.write_header_to_file(); w.write_kv_data_to_file(); w.write_tensors_to_file(); w.close()
+
+    def plant_nan(a):
+        a = a.copy()
+        a.reshape(-1)[7] = np.nan
+        return a
+
+    bad = rewrite_gguf(src, tmp_path / "nan.gguf", data={"blk.0.ffn_up.weight": plant_nan})
     code, _, se = cli("quantize", bad, tmp_path / "y.gguf", "q8_0")
     assert code == 8 and "blk.0.ffn_up.weight" in se and "Traceback" not in se
     assert not (tmp_path / "y.gguf").exists()
@@ -231,16 +226,7 @@ def test_custom_alignment_is_honoured(cli, tmp_path):
     from dflash_gguf.gguf_header import read_header
 
     src = convert(cli, tmp_path, "qwen3-flat", "lucebox", outtype="f32")
-    r = GGUFReader(src)
-    aligned = tmp_path / "a64.gguf"
-    w = GGUFWriter(aligned, "qwen35-dflash-draft")
-    w.add_custom_alignment(64)
-    for k, f in r.fields.items():
-        if not k.startswith("GGUF.") and k != "general.architecture":
-            w.add_key_value(k, f.contents(), f.types[0], sub_type=f.types[1] if len(f.types) > 1 else None)
-    for t in r.tensors:
-        w.add_tensor(t.name, np.array(t.data))
-    w.write_header_to_file(); w.write_kv_data_to_file(); w.write_tensors_to_file(); w.close()
+    aligned = rewrite_gguf(src, tmp_path / "a64.gguf", alignment=64)
     out = tmp_path / "q.gguf"
     code, _, se = cli("quantize", aligned, out, "q8_0")
     assert code == 0, se

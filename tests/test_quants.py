@@ -23,11 +23,35 @@ from dflash_gguf.quants import (
     row_nbytes,
     type_size,
 )
+from dflash_gguf.quants import _numba
 from dflash_gguf.quants.base import seq_sum
 
 GOLDEN = Path(__file__).resolve().parents[1].parent / "shared" / "golden" / "ggml_quant_golden.npz"
 TYPES = ["q8_0", "q4_0", "q5_0", "q4_1", "q5_1", "q4_K", "q5_K", "q6_K", "bf16", "f16"]
 CASES = ["normal_w", "normal_bf16", "uniform", "heavy_t2", "outliers", "positive", "negative", "norm_like", "edge"]
+# Types with a compiled kernel in quants/_numba.py; the others run the numpy path on both backends.
+NUMBA_KERNELS = {"q8_0": "q8_0", "q4_K": "q4_k", "q5_K": "q5_k", "q6_K": "q6_k"}
+
+
+def with_backends(types) -> list:
+    """(qtype, backend) params: every type on numpy, the types with a kernel on numba too."""
+    return [
+        pytest.param(t, b, id=f"{t}-{b}")
+        for b in ("numpy", "numba")
+        for t in types
+        if b == "numpy" or t in NUMBA_KERNELS
+    ]
+
+
+@pytest.fixture
+def backend(request):
+    """Run the test on the numpy path or the numba kernels (indirect param), then restore."""
+    use_numba = request.param == "numba"
+    if use_numba and not _numba.AVAILABLE:
+        pytest.skip("numba is not installed")
+    prev = _numba.set_enabled(use_numba)
+    yield request.param
+    _numba.set_enabled(prev)
 
 
 @pytest.fixture(scope="module")
@@ -65,9 +89,9 @@ def describe_mismatch(x: np.ndarray, got: np.ndarray, want: np.ndarray, qtype: s
     return "\n".join(lines)
 
 
-@pytest.mark.parametrize("qtype", TYPES)
+@pytest.mark.parametrize("qtype,backend", with_backends(TYPES), indirect=["backend"])
 @pytest.mark.parametrize("case", CASES)
-def test_golden_bytes(golden, case, qtype):
+def test_golden_bytes(golden, case, qtype, backend):
     x = golden[f"{case}/input"]
     want = golden[f"{case}/{qtype}/bytes"]
     got = quantize(x, qtype)
@@ -93,8 +117,8 @@ def test_golden_file_covers_what_we_claim(golden):
     assert {resolve_qtype(t) for t in TYPES} <= QUANTIZE_TYPES
 
 
-@pytest.mark.parametrize("qtype", ["q8_0", "q4_K", "q6_K"])
-def test_threads_and_chunking_do_not_change_bytes(golden, qtype):
+@pytest.mark.parametrize("qtype,backend", with_backends(["q8_0", "q4_K", "q6_K"]), indirect=["backend"])
+def test_threads_and_chunking_do_not_change_bytes(golden, qtype, backend):
     # Several chunks per thread, a non-contiguous view and float64 input: same bytes.
     x = np.concatenate([golden[f"{c}/input"] for c in CASES])  # 52 x 1024
     want = quantize(x, qtype, threads=1)
@@ -109,6 +133,9 @@ def test_threads_and_chunking_do_not_change_bytes(golden, qtype):
         wide[:, ::2] = x
         assert np.array_equal(quantize(wide[:, ::2], qtype, threads=2), want)  # strided view
         assert np.array_equal(quantize(x.astype(np.float64), qtype), want)
+        ro = x.copy()
+        ro.flags.writeable = False  # as a memmap'd checkpoint arrives
+        assert np.array_equal(quantize(ro, qtype, threads=2), want)
     finally:
         cls.chunk_values = old
 
@@ -120,6 +147,108 @@ def test_matches_gguf_py_where_it_is_exact():
     rng = np.random.default_rng(7)
     x = (rng.standard_normal((64, 512)) * rng.uniform(1e-3, 10, (64, 1))).astype(np.float32)
     assert np.array_equal(quantize(x, "q8_0"), gguf.quantize(x, GGMLQuantizationType.Q8_0))
+
+
+@pytest.mark.skipif(not _numba.AVAILABLE, reason="numba is not installed")
+@pytest.mark.parametrize("qtype", sorted(NUMBA_KERNELS))
+def test_backends_agree_on_fresh_data(qtype):
+    # Two independent implementations (vectorised numpy, the compiled mirror of the C) on 2^20 new
+    # values each run: rows of very different scales, bf16-representable rows, zero and
+    # constant sub-blocks, positive-only rows.
+    rng = np.random.default_rng()
+    x = (rng.standard_normal((256, 4096)) * np.exp(rng.uniform(-25, 8, (256, 1)))).astype(np.float32)
+    x[::5] = (x[::5].view(np.uint32) & 0xFFFF0000).view(np.float32)
+    x[1::7, 64:96] = 0
+    x[2::7, :256] = 0.25
+    x[3::7] = np.abs(x[3::7])
+    prev = _numba.set_enabled(False)
+    try:
+        want = quantize(x, qtype)
+        _numba.set_enabled(True)
+        got = quantize(x, qtype)
+    finally:
+        _numba.set_enabled(prev)
+    assert np.array_equal(got, want), describe_mismatch(x, got, want, qtype)
+
+
+@pytest.mark.parametrize("qtype", sorted(NUMBA_KERNELS))
+def test_backend_switch_picks_the_kernel(monkeypatch, qtype):
+    # Guards the two-backend tests above: each must run the implementation it names.
+    calls = []
+    name = NUMBA_KERNELS[qtype]
+    real = getattr(_numba, name, None)
+
+    def spy(blocks):
+        calls.append(blocks.shape)
+        return real(blocks)
+
+    monkeypatch.setattr(_numba, name, spy, raising=False)
+    x = np.linspace(-1, 1, 2 * 512, dtype=np.float32).reshape(2, 512)
+    x.flags.writeable = False
+    prev = _numba.set_enabled(False)
+    try:
+        want = quantize(x, qtype)
+        assert calls == []
+        if not _numba.AVAILABLE:
+            with pytest.raises(RuntimeError, match="numba is not installed"):
+                _numba.set_enabled(True)
+            return
+        _numba.set_enabled(True)
+        assert np.array_equal(quantize(x, qtype), want)
+        assert calls and sum(c[0] for c in calls) == x.size // block_size(qtype)
+        assert len(real.signatures) == 1  # read-only input reuses the one compiled specialisation
+    finally:
+        _numba.set_enabled(prev)
+
+
+@pytest.mark.parametrize(
+    "value,want", [(None, True), ("1", True), ("", True), ("0", False), (" off ", False), ("False", False), ("no", False)]
+)
+def test_numba_env_switch(value, want):
+    assert _numba._wanted(value) is want
+
+
+@pytest.mark.skipif(not _numba.AVAILABLE, reason="numba is not installed")
+def test_numba_fp16_conversion_matches_numpy():
+    # ggml_compute_fp32_to_fp16 / fp16_to_fp32 as compiled: against NumPy's casts (identical to
+    # ggml's for every non-NaN input) on a stride through all 2^32 float32 bit patterns plus
+    # every pattern around the fp16 rounding/subnormal/overflow boundaries.
+    strided = np.arange(0, 1 << 32, 4093, dtype=np.uint64)
+    edges = np.array([0x33000000, 0x33800000, 0x38800000, 0x387FE000, 0x477FE000, 0x477FF000, 0x7F800000], np.uint64)
+    near = (edges[:, None] + np.arange(-4096, 4096, dtype=np.int64)[None, :].astype(np.uint64)).reshape(-1)
+    u = np.concatenate([strided, near, near | np.uint64(0x80000000)]).astype(np.uint32)
+    f = u.view(np.float32)
+    f = f[~np.isnan(f)]
+    bits, back = _numba.fp16_convert(f)
+    with np.errstate(over="ignore"):  # the overflow to inf is part of what is checked
+        want = f.astype(np.float16)
+    assert np.array_equal(bits, want.view(np.uint16).astype(np.int64))
+    assert np.array_equal(back.view(np.uint32), want.astype(np.float32).view(np.uint32))
+    halves = np.arange(1 << 16, dtype=np.uint16).view(np.float16)
+    halves = halves[~np.isnan(halves)].astype(np.float32)
+    assert np.array_equal(_numba.fp16_convert(halves)[1].view(np.uint32), halves.view(np.uint32))
+
+
+@pytest.mark.skipif(not _numba.AVAILABLE, reason="numba is not installed")
+@pytest.mark.parametrize("kernel", sorted(NUMBA_KERNELS.values()))
+def test_numba_kernels_compile_to_plain_float32(kernel):
+    # What makes the kernels bit-exact besides their source: no float64 anywhere (a Python float
+    # or float32*int slipping in), no fast-math flags, no fused multiply-add in the machine code.
+    # A cached kernel cannot be inspected, so compile the same source afresh with the same options.
+    import re
+
+    import numba
+
+    bs = 32 if kernel == "q8_0" else 256
+    fresh = numba.njit(**{**_numba.JIT_OPTIONS, "cache": False})(getattr(_numba, kernel).py_func)
+    fresh(np.zeros((1, bs), np.float32))
+    sig = fresh.signatures[0]
+    ir, asm = fresh.inspect_llvm(sig), fresh.inspect_asm(sig)
+    assert "_qkx2_lanes" in ir or kernel in ("q8_0", "q6_k")  # the callees are in the module
+    assert not re.findall(r"\bdouble\b", ir)
+    assert not re.findall(r"\b(contract|reassoc|arcp|afn|fast)\b", ir)
+    assert "llvm.fma" not in ir and "fmuladd" not in ir
+    assert not re.findall(r"\bv?fn?m(add|sub)\d", asm)
 
 
 # --- errors -----------------------------------------------------------------------------------
@@ -235,8 +364,10 @@ def _ggml_base():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("qtype", ["q8_0", "q4_0", "q5_0", "q4_K", "q5_K", "q6_K", "bf16", "f16"])
-def test_live_ggml_on_fresh_data(qtype):
+@pytest.mark.parametrize(
+    "qtype,backend", with_backends(["q8_0", "q4_0", "q5_0", "q4_K", "q5_K", "q6_K", "bf16", "f16"]), indirect=["backend"]
+)
+def test_live_ggml_on_fresh_data(qtype, backend):
     lib = _ggml_base()
     t = resolve_qtype(qtype)
     rng = np.random.default_rng()

@@ -5,6 +5,10 @@ Arrays are position-major, ``x[i, s]`` = element i of sub-block s: every per-pos
 is contiguous, C's loops over i become operations along axis 0 (sums in C's order, see
 base.seq_sum) and everything is vectorised across the chunk's sub-blocks. The 21 trial steps
 stay a Python loop, as they depend on each other through the live ``min``.
+
+When numba is available the classes hand their blocks to the compiled kernels in
+``_numba`` instead (same bytes, several times faster); this file is the fallback and the
+second, independent implementation the tests hold the kernels against.
 """
 from __future__ import annotations
 
@@ -233,6 +237,10 @@ class Q4_K(BlockQuant, qtype=GGMLQuantizationType.Q4_K):
 
     @classmethod
     def quantize_blocks(cls, blocks: np.ndarray) -> np.ndarray:
+        from . import _numba  # on first use: importing numba costs ~0.3 s
+
+        if _numba.enabled():
+            return _numba.run(_numba.q4_k, blocks)
         nb = blocks.shape[0]
         d16, dmin16, scales, L = fit_k_subblocks(blocks, 15, -1.0, 0.1, 20)
         # byte 32g + l = L[64g + l] | L[64g + 32 + l] << 4: sub-block 2g low, 2g+1 high nibble
@@ -246,6 +254,10 @@ class Q5_K(BlockQuant, qtype=GGMLQuantizationType.Q5_K):
 
     @classmethod
     def quantize_blocks(cls, blocks: np.ndarray) -> np.ndarray:
+        from . import _numba  # on first use: importing numba costs ~0.3 s
+
+        if _numba.enabled():
+            return _numba.run(_numba.q5_k, blocks)
         nb = blocks.shape[0]
         d16, dmin16, scales, L = fit_k_subblocks(blocks, 31, -0.5, 0.1, 15)
         Lb = L.T.reshape(nb, 4, 2, 32).astype(np.uint8)  # chunk c of 64 values, half, l

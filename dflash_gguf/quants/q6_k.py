@@ -1,7 +1,8 @@
 """Q6_K (quantize_row_q6_K_ref): 256-value super-blocks of sixteen 16-value sub-blocks,
 each fitted with make_qx_quants(16, 32, rmse_type=1, qw=NULL).
 
-Position-major layout as in q4_k.py: ``x[i, s]`` = element i of sub-block s.
+Position-major layout as in q4_k.py: ``x[i, s]`` = element i of sub-block s. With numba
+installed the compiled kernel in ``_numba`` runs instead (same bytes).
 """
 from __future__ import annotations
 
@@ -104,6 +105,10 @@ class Q6_K(BlockQuant, qtype=GGMLQuantizationType.Q6_K):
 
     @classmethod
     def quantize_blocks(cls, blocks: np.ndarray) -> np.ndarray:
+        from . import _numba  # on first use: importing numba costs ~0.3 s
+
+        if _numba.enabled():
+            return _numba.run(_numba.q6_k, blocks)
         nb = blocks.shape[0]
         x = np.ascontiguousarray(blocks.reshape(nb * 16, 16).T)  # (16, ns)
         scale, l_iscale, zero = make_qx_quants(x, 32)

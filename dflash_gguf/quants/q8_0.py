@@ -1,4 +1,5 @@
-"""Q8_0: 32 values -> fp16 d + 32 int8 (quantize_row_q8_0_ref)."""
+"""Q8_0: 32 values -> fp16 d + 32 int8 (quantize_row_q8_0_ref). With numba installed the
+compiled kernel in ``_numba`` runs instead (same bytes)."""
 from __future__ import annotations
 
 import numpy as np
@@ -20,6 +21,10 @@ class Q8_0(BlockQuant, qtype=GGMLQuantizationType.Q8_0):
 
     @classmethod
     def quantize_blocks(cls, blocks: np.ndarray) -> np.ndarray:
+        from . import _numba  # on first use: importing numba costs ~0.3 s
+
+        if _numba.enabled():
+            return _numba.run(_numba.q8_0, blocks)
         n = blocks.shape[0]
         a = np.abs(blocks)
         amax = reduce_rows(np.maximum, a)  # MAX(amax, |v|) from 0: order-free, never -0
