@@ -20,6 +20,9 @@ from typing import Any, Sequence
 from .errors import ConfigError, DflashError, UsageError
 
 EMULATIONS = ("llama.cpp",)
+# Older llama.cpp builds gave the drafter at most the last 512 target-feature positions as
+# context (``cross_ctx``; ik_llama.cpp PR #2341 replaced it with --ctx-size-draft).
+LLAMA_CPP_DRAFT_CONTEXT = 512
 DUMP_VERSION = 1
 
 
@@ -42,6 +45,7 @@ class ParityOptions:
     dtype: str = "float32"
     target_quant: str | None = None
     emulate: str | None = None
+    draft_context: int | None = None  # the emulated run's draft-context cap; None: the runtime's (llama.cpp: 512)
     stop_ids: tuple[int, ...] | None = None  # None: the target's eos ids
 
 
@@ -280,8 +284,14 @@ def run_parity(
     emulated = None
     if options.emulate:
         ecfg, changes = emulated_config(cfg, options.emulate)
+        cap = options.draft_context if options.draft_context is not None else LLAMA_CPP_DRAFT_CONTEXT
+        if cap < 1:
+            raise UsageError(f"draft_context must be at least 1, got {cap}")
+        why = ("historical llama.cpp cross_ctx default" if cap == LLAMA_CPP_DRAFT_CONTEXT
+               else f"set explicitly; the historical llama.cpp cross_ctx default is {LLAMA_CPP_DRAFT_CONTEXT}")
+        changes.append(f"draft context capped at the last {cap} positions ({why})")
         state = ref.load.read_safetensors(cfg.path.parent)
-        emulated = (f"reference drafter with {options.emulate} semantics", changes,
+        emulated = (f"reference drafter with {options.emulate} semantics", changes, cap,
                     ref.load.drafter_from_state(ecfg, state, dtype=options.dtype, device=options.device))
 
     reports = []
@@ -303,9 +313,12 @@ def run_parity(
             drafters.append(s)
         emu = None
         if emulated is not None:
-            label, changes, model = emulated
-            emu = _summary(label, None, _runs(model, tmodel, prompt, options, stops), greedy_ids)
-            emu.notes = changes
+            label, changes, cap, model = emulated
+            emu = _summary(label, None, _runs(model, tmodel, prompt, options, stops, draft_context=cap), greedy_ids)
+            emu.notes = list(changes)
+            if len(prompt) + options.max_new_tokens - 2 <= cap:  # the last round drafts from start ≤ that
+                emu.notes.append(f"the cap never binds on this prompt ({len(prompt)} + {options.max_new_tokens} "
+                                 "tokens): same context as the reference")
             emu.delta_vs_reference = _delta(reference, emu)
         if dump is not None:
             dump_index.append(_dump_prompt(Path(dump), pi, ref_runs[0]))
@@ -314,6 +327,8 @@ def run_parity(
     settings = {k: v for k, v in dataclasses.asdict(options).items()}
     settings["block_size"] = options.block_size or cfg.block_size
     settings["stop_ids"] = list(stops)
+    # the cap only applies to the emulated run: report the value it ran with
+    settings["draft_context"] = (options.draft_context or LLAMA_CPP_DRAFT_CONTEXT) if options.emulate else None
     device = str(ref_drafter.fc.weight.device)
     report = ParityReport(settings=settings, prompts=reports, device=device)
     if dump is not None:
@@ -326,7 +341,8 @@ def run_parity(
     return report
 
 
-def _runs(drafter, target, prompt, opts: ParityOptions, stops, record: bool = False):
+def _runs(drafter, target, prompt, opts: ParityOptions, stops, record: bool = False,
+          draft_context: int | None = None):
     from . import reference as ref
 
     out = []
@@ -335,7 +351,7 @@ def _runs(drafter, target, prompt, opts: ParityOptions, stops, record: bool = Fa
         seed = opts.seed + r
         out.append(ref.generate(drafter, target, prompt, opts.max_new_tokens, stops, temperature=opts.temperature,
                                 top_p=opts.top_p, top_k=opts.top_k, block_size=opts.block_size, seed=seed,
-                                record=record and r == 0))
+                                record=record and r == 0, draft_context=draft_context))
     return out
 
 

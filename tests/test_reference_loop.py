@@ -198,3 +198,79 @@ def test_cuda_matches_cpu(tmp_path):
     runs = [generate(load_drafter(d, device=dev), load_target(t, device=dev), PROMPT, 40).new_ids
             for dev in ("cpu", "cuda")]
     assert runs[0] == runs[1]
+
+
+# --- draft_context: older llama.cpp's cross_ctx cap ---------------------------------------------
+LONG_PROMPT = [1, 2, 3, 4, 5, 6, 0, 2, 4, 6, 1, 3, 5, 0, 1, 2]
+
+
+def _same(a, b):
+    assert a.new_ids == b.new_ids and a.acceptance_lengths == b.acceptance_lengths
+    assert [s.draft for s in a.steps] == [s.draft for s in b.steps]
+    for x, y in zip(a.steps, b.steps):
+        assert (x.draft_logits is None) == (y.draft_logits is None)
+        if x.draft_logits is not None:
+            assert torch.equal(x.draft_logits, y.draft_logits)
+
+
+def test_draft_context_at_least_the_length_changes_nothing(models):
+    drafter, target = models
+    free = generate(drafter, target, LONG_PROMPT, 30, record=True)
+    for cap in (len(LONG_PROMPT) + 30, len(LONG_PROMPT) + 28, 10_000):
+        _same(generate(drafter, target, LONG_PROMPT, 30, record=True, draft_context=cap), free)
+    with pytest.raises(ValueError, match="draft_context"):
+        generate(drafter, target, PROMPT, 4, draft_context=0)
+
+
+def test_draft_context_cap_matches_an_independent_windowed_run(models):
+    """Each round: the drafter run on a fresh cache fed only the last N context features, at their
+    absolute positions, gives the logits generate(..., draft_context=N) recorded."""
+    from dflash_gguf.reference.common import RopeTable
+
+    drafter, target = models
+    N = 4
+    capped = generate(drafter, target, LONG_PROMPT, 30, record=True, draft_context=N)
+    free = generate(drafter, target, LONG_PROMPT, 30, record=True)
+    full = RopeTable(drafter.rope_spec, len(LONG_PROMPT) + 30, torch.float32, torch.device("cpu"))
+    feats, checked = [], 0
+    for s in capped.steps:
+        if not s.draft:
+            continue
+        feats.append(s.context)
+        context = torch.cat(feats)  # features of positions [0, start)
+        assert context.shape[0] == s.start
+        lo = max(0, s.start - N)
+
+        def rope(a, b, lo=lo):  # a fresh cache starts at 0: shift to the absolute positions
+            return full(a + lo, b + lo)
+
+        cache = drafter.new_cache(N + len(s.block))
+        with torch.no_grad():
+            block = torch.tensor([s.block])
+            hidden = drafter(drafter.embed(block, target.embed_weight), context[lo:][None], rope, cache)[:, 1:]
+            logits = drafter.compute_logits(hidden, target.head_weight)[0]
+        torch.testing.assert_close(logits, s.draft_logits, atol=1e-5, rtol=0)
+        checked += 1
+    assert checked >= 3
+    # The first round has the same inputs in both runs except the cap (prompt 16 > N): it must matter.
+    assert capped.steps[0].start == free.steps[0].start == len(LONG_PROMPT)
+    assert (capped.steps[0].draft_logits - free.steps[0].draft_logits).abs().max() > 1e-3
+
+
+@pytest.mark.parametrize("cap", [1, 3, 8])
+def test_draft_context_cap_is_still_lossless(models, cap):
+    drafter, target = models
+    r = generate(drafter, target, LONG_PROMPT, 40, draft_context=cap)
+    assert r.new_ids == greedy_decode(target, LONG_PROMPT, 40)
+
+
+def test_draft_context_workspace_reuse_and_teacher_forced(models):
+    drafter, target = models
+    ws = Workspace(drafter, target, 60)
+    free = generate(drafter, target, LONG_PROMPT, 30, record=True)
+    capped = generate(drafter, target, LONG_PROMPT, 30, record=True, draft_context=4, workspace=ws)
+    # a capped run leaves no window behind in a reused workspace
+    _same(generate(drafter, target, LONG_PROMPT, 30, record=True, workspace=ws), free)
+    assert capped.draft_context == 4 and free.draft_context is None
+    tf = teacher_forced(drafter, target, capped)  # replayed with the same cap
+    assert tf.max_abs_diff == 0.0 and tf.token_agreement == 1.0

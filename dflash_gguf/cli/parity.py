@@ -35,6 +35,7 @@ def parity_cmd(
     dtype: Annotated[str, typer.Option("--dtype", help="float32 | bfloat16")] = "float32",
     target_quant: Annotated[Optional[str], typer.Option("--target-quant", help="q8_0 | q4_k_m: round-trip the target's weights through our quantizers.")] = None,
     emulate: Annotated[Optional[str], typer.Option("--emulate", help="Also run the reference drafter with a runtime's semantics: llama.cpp.")] = None,
+    draft_context: Annotated[Optional[int], typer.Option("--draft-context", help="With --emulate: the draft-context cap (default: the runtime's, llama.cpp 512).")] = None,
     dump: Annotated[Optional[Path], typer.Option("--dump", help="Write per-step inputs/outputs as safetensors + index.json.")] = None,
     against: Annotated[Optional[Path], typer.Option("--against", help="Compare another runtime's dump (same format) with ours.")] = None,
     json_path: Annotated[Optional[Path], typer.Option("--json", help="Write the full report as JSON to this file ('-' for stdout).")] = None,
@@ -63,7 +64,8 @@ def parity_cmd(
         raise UsageError(f"--dtype {dtype!r}: choose float32 or bfloat16")
     opts = ParityOptions(max_new_tokens=max_new_tokens, block_size=block_size, temperature=temperature, top_p=top_p,
                          top_k=top_k, seed=seed, runs=runs, device=device, dtype=dtype,
-                         target_quant=None if target_quant is None else target_quant.lower(), emulate=emulate)
+                         target_quant=None if target_quant is None else target_quant.lower(), emulate=emulate,
+                         draft_context=draft_context)
     report = run_parity(target, drafter, prompts, drafter_ggufs=drafter_gguf or [], options=opts, dump=dump,
                         against=against)
     doc = report.to_json()

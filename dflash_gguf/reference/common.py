@@ -52,7 +52,9 @@ class KVCache:
     """Preallocated K/V for every layer; ``length`` is the committed prefix.
 
     Cropping is just moving ``length`` back: rejected rows are overwritten by the next write,
-    so a whole generation runs without reallocating.
+    so a whole generation runs without reallocating. ``window_start`` (default 0) hides the
+    rows before it from attention: ``write`` returns rows [window_start, end) only, so a
+    draft-context cap is a moving view, with every row still at its absolute position.
     """
 
     def __init__(self, n_layers: int, n_kv_heads: int, head_dim: int, capacity: int,
@@ -62,15 +64,19 @@ class KVCache:
         self.v = torch.zeros(shape, dtype=dtype, device=device)
         self.capacity = capacity
         self.length = 0
+        self.window_start = 0  # first row attention sees (a draft-context cap); 0 = all
 
     def write(self, layer: int, pos: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Store k/v (1, nkv, L, D) at [pos, pos+L) and return every row up to pos+L."""
+        """Store k/v (1, nkv, L, D) at [pos, pos+L) and return the rows [window_start, pos+L)."""
         end = pos + k.shape[2]
         if pos > self.length or end > self.capacity:
             raise IndexError(f"KV write [{pos}, {end}) outside the cache (length {self.length}, capacity {self.capacity})")
+        if self.window_start >= end:
+            raise IndexError(f"KV window starts at {self.window_start}, past the write's end {end}")
         self.k[layer, :, :, pos:end] = k
         self.v[layer, :, :, pos:end] = v
-        return self.k[layer, :, :, :end], self.v[layer, :, :, :end]
+        w = self.window_start
+        return self.k[layer, :, :, w:end], self.v[layer, :, :, w:end]
 
     def crop(self, length: int) -> None:
         self.length = length

@@ -15,6 +15,11 @@
 * the target cache is cropped to the committed prefix; the drafter's cache never keeps a
   block's K/V, only the context rows.
 
+``draft_context=N`` (not in z-lab; None there) emulates a runtime that gives the drafter at
+most the last N committed positions as context (older llama.cpp's ``cross_ctx`` = 512): every
+round the draft cache's ``window_start`` moves to ``start − N``, so attention sees only the K/V
+of positions [start − N, start) plus the block, each still at its absolute RoPE position.
+
 Caches, the feature buffer, the output buffer and the RoPE tables are allocated once per
 ``Workspace``; nothing is reallocated per step.
 """
@@ -56,6 +61,7 @@ class GenerationResult:
     temperature: float
     prefill_s: float  # prompt forward + first token (z-lab's time_to_first_token)
     decode_s: float  # the rounds
+    draft_context: int | None = None  # the drafter's context cap (None: the whole prefix, as z-lab)
 
     @property
     def output_ids(self) -> list[int]:
@@ -119,13 +125,16 @@ def generate(
     seed: int | None = None,
     record: bool = False,
     workspace: Workspace | None = None,
+    draft_context: int | None = None,
 ) -> GenerationResult:
     """Speculative decoding with ``drafter`` proposing and ``target`` verifying (batch 1).
 
     ``block_size=1`` runs the same loop with no drafting (z-lab's autoregressive baseline).
     ``seed=None`` draws from torch's global RNG exactly as z-lab does; an int uses a private
     generator. ``record=True`` keeps each round's context features and draft logits, which
-    ``teacher_forced`` replays.
+    ``teacher_forced`` replays. ``draft_context=N`` lets the drafter attend to only the last N
+    committed positions (plus the block) each round; None (the default) is z-lab's unlimited
+    context, bit for bit.
 
     Raises:
         ValueError: bad sampling arguments, an empty prompt, or a workspace that is too small.
@@ -141,6 +150,8 @@ def generate(
     B = drafter.block_size if block_size is None else int(block_size)
     if B < 1:
         raise ValueError(f"block_size must be >= 1, got {B}")
+    if draft_context is not None and draft_context < 1:
+        raise ValueError(f"draft_context must be >= 1 or None, got {draft_context}")
     taps = drafter.target_layer_ids if B > 1 else ()
     target.check_taps(drafter.target_layer_ids)
     max_length = n + max_new_tokens
@@ -160,6 +171,7 @@ def generate(
     tcache, dcache, feats = ws.target_cache, ws.draft_cache, ws.features
     tcache.crop(0)
     dcache.crop(0)
+    dcache.window_start = 0
     stop = torch.tensor(list(stop_token_ids), dtype=torch.long, device=device) if stop_token_ids is not None else None
 
     t0 = _clock(device)
@@ -180,6 +192,8 @@ def generate(
             context = feats[dcache.length:start]  # (c, T·H): positions committed since the last draft
             if record:
                 context = context.clone()
+            if draft_context is not None:
+                dcache.window_start = max(0, start - draft_context)  # attend to [start − N, start) + block
             hidden = drafter(drafter.embed(block, embed_w), context[None], ws.draft_rope, dcache)[:, 1 - vs:]
             dcache.crop(start)  # keep only committed context rows; the block's K/V are never reused
             draft_logits = drafter.compute_logits(hidden, head_w)  # (1, vs−1, V)
@@ -226,6 +240,7 @@ def generate(
     return GenerationResult(
         prompt_ids=prompt, new_ids=ids[0, n:end].tolist(), steps=steps, acceptance_lengths=acceptance_lengths,
         stopped=stopped, temperature=temperature, prefill_s=t1 - t0, decode_s=t2 - t1,
+        draft_context=draft_context,
     )
 
 
@@ -261,6 +276,7 @@ class StepInputs:
     start: int  # absolute position of block[0]
     context: torch.Tensor  # (c, T·H) features of positions [start − c, start)
     block: list[int]  # [last committed token, MASK × (q − 1)] at positions [start, start + q)
+    draft_context: int | None = None  # attend to positions [start − draft_context, start) only (None: all)
 
 
 @dataclass
@@ -300,7 +316,7 @@ def step_inputs(result: GenerationResult) -> list[StepInputs]:
             continue
         if s.context is None:
             raise ValueError("this GenerationResult has no recorded inputs; run generate(..., record=True)")
-        out.append(StepInputs(start=s.start, context=s.context, block=s.block))
+        out.append(StepInputs(start=s.start, context=s.context, block=s.block, draft_context=result.draft_context))
     return out
 
 
@@ -316,6 +332,7 @@ def teacher_forced(
     errors cannot compound: a difference in round k is that drafter's own. ``drafter`` is a
     ``DFlashDrafter`` (e.g. loaded from a GGUF) sharing ``target``'s embeddings and head, or a
     callable taking ``StepInputs`` and returning (q − 1, V) logits (an external runtime).
+    A trajectory generated with ``draft_context`` is replayed with the same cap.
     """
     inputs = step_inputs(result)
     greedy = result.temperature == 0
@@ -336,6 +353,7 @@ def teacher_forced(
                 raise ValueError(f"trajectory is not contiguous at position {inp.start}")
             block = torch.tensor([inp.block], dtype=torch.long, device=p.device)
             ctx = inp.context.to(device=p.device, dtype=p.dtype)[None]
+            cache.window_start = 0 if inp.draft_context is None else max(0, inp.start - inp.draft_context)
             hidden = drafter(drafter.embed(block, embed_w), ctx, rope, cache)[:, 1:]
             cache.crop(inp.start)
             logits = drafter.compute_logits(hidden, head_w)  # (1, q−1, V)
