@@ -47,6 +47,7 @@ class ParityOptions:
     emulate: str | None = None
     draft_context: int | None = None  # the emulated run's draft-context cap; None: the runtime's (llama.cpp: 512)
     stop_ids: tuple[int, ...] | None = None  # None: the target's eos ids
+    target_backend: str = "native"  # "native" (our Qwen3/Llama) | "transformers" (any HF causal LM)
 
 
 @dataclass
@@ -152,7 +153,16 @@ def _load_target(target: str | Path, opts: ParityOptions):
     from . import reference as ref
 
     p = Path(target)
-    if p.is_file():
+    if opts.target_backend not in ("native", "transformers"):
+        raise UsageError(f"--target-backend {opts.target_backend!r}: choose native or transformers")
+    if opts.target_backend == "transformers":
+        # targets we do not implement (Gemma-4, Qwen3.5 hybrids): hidden states via output_hidden_states
+        from .reference.hf_target import load_hf_target
+
+        if not p.is_dir():
+            raise UsageError(f"--target-backend transformers: {target} must be a Hugging Face directory")
+        model = load_hf_target(p, dtype=opts.dtype, device=opts.device)
+    elif p.is_file():
         model = ref.target_from_gguf(p, dtype=opts.dtype, device=opts.device)
     elif p.is_dir():
         model = ref.load_target(p, dtype=opts.dtype, device=opts.device)

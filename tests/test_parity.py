@@ -209,3 +209,15 @@ def test_cli_draft_context_cap_is_reported(cli, tmp_path):
     assert any("last 4 positions" in n for n in rep["emulated"]["notes"])
     code, rep, _, _ = parity(cli, tmp_path)
     assert rep["settings"]["draft_context"] is None  # no emulation: the reference is never capped
+
+
+@pytest.mark.slow
+def test_transformers_backend_gives_the_same_report(cli, tmp_path):
+    pytest.importorskip("transformers")
+    native = parity(cli, tmp_path, n=12)[1]
+    code, hf, _, se = parity(cli, tmp_path, "--target-backend", "transformers", n=12)
+    assert code == 0, se
+    assert hf["reference"]["new_ids"] == native["reference"]["new_ids"]
+    assert hf["reference"]["acceptance_lengths"] == native["reference"]["acceptance_lengths"]
+    code, _, _, se = parity(cli, tmp_path, "--target-backend", "transformers", target=TARGETS / "llama-tiny.gguf")
+    assert code == 2 and "must be a Hugging Face directory" in se
