@@ -28,9 +28,10 @@ from typing import Any
 
 import torch
 
-from ..errors import ConfigError, TargetError, UsageError
+from ..errors import ConfigError, UsageError
 from .common import RopeSpec
 from .load import resolve_device, resolve_dtype
+from .target import check_taps
 
 # Never used for numbers: only lets loop.py build a RopeTable it then hands to HFTarget, which ignores it.
 _UNUSED_ROPE = RopeSpec(head_dim=2, theta=10000.0)
@@ -113,11 +114,7 @@ class HFTarget:
         return HFCache(self.hf.config, capacity)
 
     def check_taps(self, taps: tuple[int, ...]) -> None:
-        """Raises TargetError when a drafter tap has no ``hidden_states[L+1]`` in this target."""
-        n = self.spec.num_hidden_layers
-        bad = [t for t in taps if not 0 <= t < n]
-        if bad:
-            raise TargetError(f"drafter taps target layers {bad} but the target has {n} layers (valid 0..{n - 1})")
+        check_taps(taps, self.spec.num_hidden_layers)
 
     def forward(
         self,

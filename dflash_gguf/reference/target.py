@@ -24,6 +24,14 @@ from .common import MLP, KVCache, RMSNorm, RopeSpec, RopeTable, apply_rope, atte
 SUPPORTED_TARGETS = ("qwen3", "llama")
 
 
+def check_taps(taps: tuple[int, ...], n_layers: int) -> None:
+    """Raises TargetError when a drafter tap has no ``hidden_states[L+1]`` in a target of ``n_layers``."""
+    bad = [t for t in taps if not 0 <= t < n_layers]
+    if bad:
+        raise TargetError(f"drafter taps target layers {bad} but the target has {n_layers} layers "
+                          f"(valid 0..{n_layers - 1})")
+
+
 @dataclass(frozen=True)
 class TargetSpec:
     """The dense-decoder numbers, resolved once from a TargetConfig (``raw`` for what it lacks)."""
@@ -156,11 +164,7 @@ class Target(nn.Module):
         return KVCache(s.num_hidden_layers, s.num_key_value_heads, s.head_dim, capacity, p.dtype, p.device)
 
     def check_taps(self, taps: tuple[int, ...]) -> None:
-        """Raises TargetError when a drafter tap has no ``hidden_states[L+1]`` in this target."""
-        n = self.spec.num_hidden_layers
-        bad = [t for t in taps if not 0 <= t < n]
-        if bad:
-            raise TargetError(f"drafter taps target layers {bad} but the target has {n} layers (valid 0..{n - 1})")
+        check_taps(taps, self.spec.num_hidden_layers)
 
     def forward(
         self,
