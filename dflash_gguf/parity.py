@@ -265,8 +265,6 @@ def run_parity(
     Raises:
         UsageError / ConfigError / WeightsError / GGUFFormatError: bad inputs (one line each).
     """
-    import torch
-
     from . import reference as ref
 
     if not prompts or any(len(p) == 0 for p in prompts):

@@ -14,8 +14,7 @@ from gguf import GGUFValueType
 from .config import DrafterConfig
 from .errors import ConfigError, UsageError, WeightsError
 from .formats import Format, meta_from_config
-from .formats.base import (DFLASH2_GLOBAL, DFLASH2_LAYER, DROPPED_TENSORS, FC, HIDDEN_NORM, LAYER_TENSORS,
-                           OPTIONAL_TENSORS, PRE_FFN_NORM)
+from .formats.base import DROPPED_TENSORS, FC, HIDDEN_NORM, OPTIONAL_TENSORS, PRE_FFN_NORM
 from .gguf_write import KV, tensor_nbytes
 from .safetensors_io import FLOAT_DTYPES, SourceTensor
 

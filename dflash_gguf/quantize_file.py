@@ -133,7 +133,7 @@ def _requantize(f: GGUFFile, t: TensorEntry, e: QuantEntry) -> Iterator[np.ndarr
     if not e.quantized:
         yield raw  # same type: bytes untouched
         return
-    from .quants import dequantize, quantize
+    from .quants import quantize
 
     rows = int(np.prod(t.shape[:-1])) if len(t.shape) > 1 else 1
     row_bytes = t.nbytes // rows

@@ -1,6 +1,5 @@
 """convert / retarget / inspect end to end on the fixtures, through the CLI."""
 import json
-import os
 import subprocess
 import sys
 
@@ -336,7 +335,6 @@ def test_hostile_key_types_are_a_clean_error(cli, tmp_path):
     rewrite_gguf(src, bad, drop=("dflash.target_layers",))
     with_strings = tmp_path / "bad2.gguf"
     w_src = GGUFReader(bad)
-    from gguf import GGUFWriter
 
     w = GGUFWriter(with_strings, "dflash")
     for k, f in w_src.fields.items():

@@ -5,7 +5,7 @@ import sys
 
 import numpy as np
 import pytest
-from gguf import GGUFReader, GGUFWriter, GGMLQuantizationType as Q
+from gguf import GGUFReader, GGUFWriter
 
 from dflash_gguf.formats import FORMATS
 
