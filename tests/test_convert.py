@@ -347,3 +347,62 @@ def test_hostile_key_types_are_a_clean_error(cli, tmp_path):
     bad = with_strings
     code, _, se = cli("retarget", bad, "--format", "dflash-draft", "-o", tmp_path / "o.gguf")
     assert code == 6 and "unexpected types" in se and "Traceback" not in se
+
+
+def _variant(tmp_path, cfg_update=None, extra_tensors=None):
+    """A copy of qwen3-flat with config changes and extra tensors (written with safetensors)."""
+    import shutil
+
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    d = tmp_path / "variant"
+    shutil.copytree(DRAFTERS / "qwen3-flat", d)
+    cfg = json.loads((d / "config.json").read_text())
+    cfg.update(cfg_update or {})
+    (d / "config.json").write_text(json.dumps(cfg))
+    if extra_tensors:
+        t = load_file(d / "model.safetensors")
+        t.update({k: torch.as_tensor(v) for k, v in extra_tensors.items()})
+        save_file(t, d / "model.safetensors")
+    return d
+
+
+def test_yarn_scaling_lands_in_the_keys_the_runtime_reads(cli, tmp_path):
+    d = _variant(tmp_path, {"rope_scaling": {"rope_type": "yarn", "factor": 64.0, "beta_fast": 32.0, "beta_slow": 1.0,
+                                              "original_max_position_embeddings": 4096}})
+    out = tmp_path / "y.gguf"
+    assert cli("convert", d, "--format", "lucebox", "-o", out)[0] == 0
+    kv = kvs(out)
+    a = "qwen35-dflash-draft"
+    assert kv[f"{a}.rope.scaling.type"] == ("yarn", ["STRING"])
+    assert kv[f"{a}.rope.scaling.factor"] == (64.0, ["FLOAT32"])
+    assert kv[f"{a}.rope.scaling.original_context_length"] == (4096, ["UINT32"])
+    assert kv[f"{a}.rope.scaling.yarn_beta_fast"][0] == 32.0 and kv[f"{a}.rope.scaling.yarn_beta_slow"][0] == 1.0
+
+
+def test_llama3_scaling_writes_rope_freqs(cli, tmp_path):
+    d = _variant(tmp_path, {"rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                                              "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}})
+    out = tmp_path / "l3.gguf"
+    assert cli("convert", d, "--format", "lucebox", "-o", out)[0] == 0
+    t = {x.name: x for x in GGUFReader(out).tensors}
+    f = np.array(t["rope_freqs.weight"].data)
+    assert f.shape == (8,) and f[0] == 1.0 and f[-1] == 8.0  # high frequencies unscaled, low ones ×factor
+
+
+def test_extra_tensors_follow_explicit_rules(cli, tmp_path):
+    d = _variant(tmp_path, extra_tensors={"embed_tokens.weight": np.zeros((512, 64), np.float32),
+                                          "d2t": np.zeros(512, np.int64)})
+    out = tmp_path / "x.gguf"
+    code, so, se = cli("convert", d, "--target-dir", QWEN_DIR, "-o", out)
+    assert code == 0, se
+    assert "token_embd.weight" in tensors(out) and "d2t" not in tensors(out)
+    assert "dropped d2t" in se
+    code, _, se = cli("convert", d, "--format", "lucebox", "-o", tmp_path / "l.gguf")
+    assert code == 0 and "dropped embed_tokens.weight" in se and "token_embd.weight" not in tensors(tmp_path / "l.gguf")
+    d2 = tmp_path / "v2"
+    d.rename(d2)
+    d3 = _variant(tmp_path, extra_tensors={"layers.0.mystery.weight": np.zeros((4, 4), np.float32)})
+    code, _, se = cli("convert", d3, "--format", "lucebox", "-o", tmp_path / "m.gguf")
+    assert code == 4 and "layers.0.mystery.weight" in se and "refusing to guess" in se
