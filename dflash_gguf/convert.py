@@ -99,13 +99,13 @@ def encode(src: SourceTensor, qtype: Q) -> Iterator[np.ndarray]:
     Every encoding here is row-local (ggml blocks never straddle rows), so chunking by rows
     gives the same bytes as encoding the whole tensor at once.
     """
+    passthrough = (qtype, src.dtype) in ((Q.BF16, "BF16"), (Q.F16, "F16"))  # identical bit layout
     quantize = None
-    if qtype not in (Q.F32,) and not (qtype == Q.BF16 and src.dtype == "BF16") and not (
-            qtype == Q.F16 and src.dtype == "F16"):
+    if not passthrough and qtype != Q.F32:
         from .quants import quantize  # bit-exact ggml encodings (f16/bf16 included)
     for raw in iter_raw(src):
-        if quantize is None and qtype != Q.F32:
-            yield raw  # identical bit layout (bf16→bf16, f16→f16): pass the bytes through
+        if passthrough:
+            yield raw
             continue
         x = to_f32(src, raw)
         yield x if quantize is None else quantize(x, qtype, name=src.name)

@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from gguf import GGMLQuantizationType as Q
 
 from .config import DrafterConfig, TargetConfig, parse_config, parse_target_config
 from .errors import ConfigError, GGUFFormatError, WeightsError
@@ -23,17 +22,11 @@ _BLK = re.compile(r"^blk\.(\d+)\.(.+)$")
 
 
 def dequantized(f: GGUFFile, t: TensorEntry) -> np.ndarray:
-    """A tensor's float32 values in numpy (torch) order, with ggml's exact dequantizers."""
-    raw = f.raw(t)
-    if t.ggml_type == Q.F32:
-        return raw.view(np.float32).reshape(t.shape).copy()
-    if t.ggml_type == Q.F16:
-        return raw.view(np.float16).astype(np.float32).reshape(t.shape)
-    if t.ggml_type == Q.BF16:
-        return (raw.view(np.uint16).astype(np.uint32) << 16).view(np.float32).reshape(t.shape)
+    """A tensor's float32 values in numpy (torch) order, with ggml's exact dequantizers
+    (always a fresh, writable array: the file's bytes are a read-only memory map)."""
     from .quants import dequantize
 
-    return dequantize(raw, t.ggml_type, t.shape)
+    return dequantize(f.raw(t), t.ggml_type, t.shape)
 
 
 # --- drafter --------------------------------------------------------------------------------

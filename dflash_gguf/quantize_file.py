@@ -133,7 +133,7 @@ def _requantize(f: GGUFFile, t: TensorEntry, e: QuantEntry) -> Iterator[np.ndarr
     if not e.quantized:
         yield raw  # same type: bytes untouched
         return
-    from .quants import quantize
+    from .quants import dequantize, quantize
 
     rows = int(np.prod(t.shape[:-1])) if len(t.shape) > 1 else 1
     row_bytes = t.nbytes // rows
@@ -141,17 +141,4 @@ def _requantize(f: GGUFFile, t: TensorEntry, e: QuantEntry) -> Iterator[np.ndarr
     for r0 in range(0, rows, step):
         n = min(step, rows - r0)
         chunk = raw[r0 * row_bytes:(r0 + n) * row_bytes]
-        x = _to_f32(chunk, t.ggml_type, (n, t.shape[-1]))
-        yield quantize(x, e.ggml_type, name=t.name)
-
-
-def _to_f32(chunk: np.ndarray, qtype: Q, shape: tuple[int, int]) -> np.ndarray:
-    if qtype == Q.F32:
-        return chunk.view(np.float32).reshape(shape)
-    if qtype == Q.F16:
-        return chunk.view(np.float16).astype(np.float32).reshape(shape)
-    if qtype == Q.BF16:
-        return (chunk.view(np.uint16).astype(np.uint32) << 16).view(np.float32).reshape(shape)
-    from .quants import dequantize
-
-    return dequantize(chunk, qtype, shape)
+        yield quantize(dequantize(chunk, t.ggml_type, (n, t.shape[-1])), e.ggml_type, name=t.name)

@@ -134,6 +134,8 @@ def dequantize(data: np.ndarray | bytes, qtype: str | int | GGMLQuantizationType
         return raw.view("<f4").astype(np.float32).reshape(shape)
     if t == GGMLQuantizationType.F16:
         return raw.view("<f2").astype(np.float32).reshape(shape)
+    if t == GGMLQuantizationType.BF16:  # ggml_compute_bf16_to_fp32: the 16 bits become the top half
+        return (raw.view("<u2").astype(np.uint32) << 16).view(np.float32).reshape(shape)
     if t not in _DEQUANTIZE_TYPES:
         raise QuantizationError(f"dequantizing {t.name} is not supported")
     import gguf
