@@ -28,9 +28,9 @@ from pathlib import Path
 import numpy as np
 import gguf
 
-from dflash_gguf.checks import run_checks
-from dflash_gguf.gguf_header import read_header
-from dflash_gguf.instruct import classify
+from dflash_gguf.guards.checks import run_checks
+from dflash_gguf.fileio.gguf_header import read_header
+from dflash_gguf.guards.instruct import classify
 
 WORK = Path(__file__).resolve().parent / "_work"
 LAYERS = 36

@@ -50,8 +50,8 @@ import numpy as np
 import gguf
 from gguf import GGUFReader
 from dflash_gguf.formats import meta_from_gguf
-from dflash_gguf.gguf_read import read_gguf
-from dflash_gguf.safetensors_io import read_inventory, to_f32
+from dflash_gguf.fileio.gguf_reader import read_gguf
+from dflash_gguf.fileio.safetensors import read_inventory, to_f32
 
 t = time.perf_counter()
 inv = {s.name: s for s in read_inventory(sys.argv[1])}

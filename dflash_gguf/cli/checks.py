@@ -11,9 +11,9 @@ from typing import Annotated, Any
 
 import typer
 
-from ..checks import CheckReport, Severity, load_complete, planned_scan_bytes, run_checks
+from ..guards.checks import CheckReport, Severity, load_complete, planned_scan_bytes, run_checks
 from ..errors import DflashError
-from ..instruct import InstructVerdict, Verdict, classify
+from ..guards.instruct import InstructVerdict, Verdict, classify
 from ._app import app
 from ._common import byte_progress, err, out, print_json
 

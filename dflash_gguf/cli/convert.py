@@ -9,7 +9,7 @@ from rich.table import Table
 
 from ..convert import ConvertResult, convert, plan_conversion, retarget
 from ..formats import FORMATS
-from ..plan import OUTTYPES, ConversionPlan
+from ..convert.plan import OUTTYPES, ConversionPlan
 from ._app import app
 from ._common import byte_progress, out, print_json, warn
 

@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from ..inspect import inspect_gguf
+from ..convert.describe import inspect_gguf
 from ._app import app
 from ._common import out, print_json
 

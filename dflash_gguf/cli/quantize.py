@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 import typer
 from rich.table import Table
 
-from ..quantize_file import quantize_gguf
+from ..quants.gguf_file import quantize_gguf
 from ._app import app
 from ._common import byte_progress, out, print_json
 

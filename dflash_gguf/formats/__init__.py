@@ -12,8 +12,8 @@ from gguf import RopeScalingType
 
 from ..config import DrafterConfig
 from ..errors import GGUFFormatError, UsageError
-from ..gguf_write import KV
-from .base import DrafterMeta, Format
+from ..fileio.gguf_writer import KV
+from .meta import DrafterMeta, Format
 from .dflash_draft import DFLASH_DRAFT
 from .llama_cpp import MAINLINE, PR22105_FORMAT
 from .lucebox import LUCEBOX

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from gguf import GGUFValueType as T
 
-from ..gguf_write import KV
-from .base import DrafterMeta, Format, kv_value
+from ..fileio.gguf_writer import KV
+from .meta import DrafterMeta, Format, kv_value
 
 MASK_KEY = "tokenizer.ggml.mask_token_id"
 _DFLASH2_KEYS = ("conv_kernel_size", "conv_group_size", "selector_rank", "selector_top_k")

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from gguf import GGUFValueType as T
 
-from ..gguf_write import KV
-from .base import DrafterMeta, Format, kv_value
+from ..fileio.gguf_writer import KV
+from .meta import DrafterMeta, Format, kv_value
 
 
 class Lucebox(Format):

@@ -177,8 +177,8 @@ def drafter_from_gguf(gguf_path: str | Path, config: str | Path | DrafterConfig 
     """
     from dataclasses import replace
 
-    from ..gguf_weights import compare_with_config
-    from ..gguf_weights import drafter_from_gguf as read_drafter
+    from .from_gguf import compare_with_config
+    from .from_gguf import drafter_from_gguf as read_drafter
 
     gcfg, weights, _fmt = read_drafter(gguf_path)
     notes: list[str] = []
@@ -203,7 +203,7 @@ def target_from_gguf(gguf_path: str | Path, *, dtype: str | torch.dtype = "float
         GGUFFormatError: another architecture, a missing size key, or an unknown tensor name.
         ConfigError: RoPE the reference cannot rebuild from GGUF keys (a ``rope_freqs`` tensor).
     """
-    from ..gguf_weights import target_from_gguf as read_target
+    from .from_gguf import target_from_gguf as read_target
 
     tc, weights = read_target(gguf_path)
     spec = TargetSpec.from_config(tc)

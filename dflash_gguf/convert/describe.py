@@ -1,0 +1,48 @@
+"""inspect: a GGUF's format, keys and tensors, with drafter taps in both conventions."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..errors import GGUFFormatError
+from ..formats import meta_from_gguf
+from ..fileio.gguf_reader import read_gguf
+
+
+@dataclass(frozen=True)
+class GGUFInfo:
+    path: Path
+    arch: str | None
+    format: str | None
+    taps_zlab: tuple[int, ...] | None
+    taps_stored: tuple[int, ...] | None
+    kvs: list[dict[str, Any]]
+    tensors: list[dict[str, Any]]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "path": str(self.path), "architecture": self.arch, "format": self.format,
+            "target_layers": None if self.taps_zlab is None else {
+                "zlab_output_of_layer": list(self.taps_zlab),
+                "llamacpp_input_of_layer": [i + 1 for i in self.taps_zlab],
+                "stored": list(self.taps_stored)},
+            "kv": self.kvs, "tensors": self.tensors,
+        }
+
+
+def inspect_gguf(path: str | Path) -> GGUFInfo:
+    f = read_gguf(path)
+    fmt = meta = None
+    try:
+        fmt, meta = meta_from_gguf(f.kvs, f.shapes(), path)
+    except GGUFFormatError:
+        pass  # not a drafter: still show keys and tensors
+    return GGUFInfo(
+        path=Path(path), arch=f.arch, format=None if fmt is None else fmt.name,
+        taps_zlab=None if meta is None else tuple(meta.taps),
+        taps_stored=None if meta is None else tuple(fmt.stored_taps(meta)),
+        kvs=[kv.to_json() for kv in f.kvs.values()],
+        tensors=[{"name": t.name, "ne": list(reversed(t.shape)), "type": t.ggml_type.name, "nbytes": t.nbytes,
+                  "offset": t.offset} for t in f.tensors],
+    )

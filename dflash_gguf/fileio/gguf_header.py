@@ -1,0 +1,636 @@
+"""Bounds-checked GGUF header reader: metadata and tensor infos, never tensor data.
+
+gguf-py's ``GGUFReader`` memory-maps the whole file and checks no bounds: a file cut short
+fails with a numpy reshape error that names no tensor and no offset, and a hostile count
+makes it allocate or loop for a long time. This reader follows safetensors' order instead:
+every length or count is checked against the bytes left in the file (and against a cap)
+*before* anything is read or allocated, and every failure is its own ``GGUFFormatError``
+subclass with a one-line message (what, where, how to fix).
+
+Layout (little-endian; GGUF v2 and v3 share it, v1 used 32-bit counts and is refused):
+    magic "GGUF" | u32 version | u64 n_tensors | u64 n_kv
+    n_kv    x (string key | u32 value_type | value)
+    n_tensors x (string name | u32 n_dims | i64 ne[n_dims] | u32 ggml_type | u64 offset)
+    padding to ``general.alignment`` (default 32) | tensor data (offsets are relative to here)
+
+Only the header bytes are read, in growing chunks, so the time does not depend on the size
+of the tensor data.
+"""
+from __future__ import annotations
+
+import io
+import os
+import stat
+import struct
+from bisect import bisect_left
+from array import array
+from dataclasses import dataclass, field
+from functools import cached_property
+from itertools import repeat
+from pathlib import Path
+from typing import Any, BinaryIO, Iterator, Sequence
+
+import numpy as np
+from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFValueType
+
+from ..errors import GGUFFormatError, OutputError
+
+MAGIC = b"GGUF"
+SUPPORTED_VERSIONS = (2, 3)
+DEFAULT_ALIGNMENT = 32
+GGML_MAX_DIMS = 4
+
+# Caps far above any real model (Qwen3.5's 248k-token vocab, ~1.5k tensors in a 400B MoE)
+# but low enough that a corrupt count fails fast instead of looping or allocating.
+MAX_TENSORS = 1 << 20
+MAX_KV = 1 << 20
+MAX_STRING_BYTES = 64 << 20   # chat templates are ~10 KB; llama.cpp allows 1 GiB
+MAX_NAME_BYTES = 1 << 16      # keys and tensor names (llama.cpp limits tensor names to 63)
+MAX_ARRAY_ITEMS = 1 << 24
+MAX_ARRAY_DEPTH = 4           # llama.cpp refuses nested arrays; gguf-py can write them
+_FIRST_READ = 256 << 10
+
+_U8, _U16, _U32, _U64, _I64 = (struct.Struct(f) for f in ("<B", "<H", "<I", "<Q", "<q"))
+# Scalar value types -> struct format; numpy dtype for arrays of them.
+_SCALAR = {
+    GGUFValueType.UINT8: ("<B", "<u1"), GGUFValueType.INT8: ("<b", "<i1"),
+    GGUFValueType.UINT16: ("<H", "<u2"), GGUFValueType.INT16: ("<h", "<i2"),
+    GGUFValueType.UINT32: ("<I", "<u4"), GGUFValueType.INT32: ("<i", "<i4"),
+    GGUFValueType.FLOAT32: ("<f", "<f4"), GGUFValueType.BOOL: ("<B", "<u1"),
+    GGUFValueType.UINT64: ("<Q", "<u8"), GGUFValueType.INT64: ("<q", "<i8"),
+    GGUFValueType.FLOAT64: ("<d", "<f8"),
+}
+_SCALAR_STRUCT = {t: struct.Struct(f) for t, (f, _) in _SCALAR.items()}
+_TRUNC_HINT = "truncated download? re-fetch and compare sizes"
+
+
+def show(name: str, limit: int = 80) -> str:
+    """A key or tensor name as it may appear in a one-line message: control characters
+    escaped (a corrupt length can make a "name" swallow half the header) and shortened."""
+    s = "".join(c if c.isprintable() else repr(c)[1:-1] for c in name)
+    return s if len(s) <= limit else s[: limit - 1] + "…"
+
+
+# --- errors: one class per failure, all GGUFFormatError (exit code 6) ----------------------
+
+class GGUFHeaderError(GGUFFormatError):
+    """A GGUF header cannot be trusted; ``offset`` is the byte where the problem is."""
+
+    def __init__(self, message: str, offset: int | None = None) -> None:
+        super().__init__(message)
+        self.offset = offset
+
+
+class NotGGUFError(GGUFHeaderError):
+    """The file does not start with the GGUF magic."""
+
+
+class UnsupportedVersionError(GGUFHeaderError):
+    """GGUF version 0, 1 (32-bit counts), newer than 3, or a big-endian file."""
+
+
+class TruncatedError(GGUFHeaderError):
+    """The file ends before a byte the header says must exist."""
+
+
+class LimitError(GGUFHeaderError):
+    """A count or length is beyond what any real file has (corrupt field)."""
+
+
+class InvalidKVError(GGUFHeaderError):
+    """A metadata pair is malformed: value type, empty or duplicate key, bad alignment."""
+
+
+class InvalidTensorInfoError(GGUFHeaderError):
+    """A tensor info is malformed: dims, type, block size, size overflow, offset, duplicate."""
+
+
+class TensorOverlapError(GGUFHeaderError):
+    """Two tensors' data ranges overlap."""
+
+
+# --- values ------------------------------------------------------------------------------
+
+class StringArray(Sequence[str]):
+    """A GGUF string array kept as raw bytes and decoded on access.
+
+    Walking a 150k-token vocabulary is needed for bounds checks, but decoding every token
+    is not: the raw bytes plus the start of each item make ``index()`` a C-speed search.
+    """
+
+    __slots__ = ("_raw", "_starts")
+
+    def __init__(self, raw: bytes, starts: array) -> None:
+        self._raw = raw        # the items, each still prefixed by its u64 length
+        self._starts = starts  # byte offset of each item's text inside ``raw``
+
+    def __len__(self) -> int:
+        return len(self._starts)
+
+    def item_bytes(self, i: int) -> bytes:
+        """Item ``i`` exactly as stored (tokens need not be valid UTF-8)."""
+        s = self._starts[i]
+        n = _U64.unpack_from(self._raw, s - 8)[0]
+        return self._raw[s:s + n]
+
+    def _item(self, i: int) -> str:
+        return self.item_bytes(i).decode("utf-8", errors="replace")
+
+    def __getitem__(self, i):  # type: ignore[override]
+        if isinstance(i, slice):
+            return [self._item(j) for j in range(*i.indices(len(self)))]
+        if i < 0:
+            i += len(self)
+        if not 0 <= i < len(self):
+            raise IndexError(i)
+        return self._item(i)
+
+    def __iter__(self) -> Iterator[str]:
+        return (self._item(i) for i in range(len(self)))
+
+    def index(self, value: str, start: int = 0, stop: int | None = None) -> int:  # type: ignore[override]
+        needle = _U64.pack(len(value.encode())) + value.encode()
+        pos = self._raw.find(needle)
+        while pos >= 0:
+            j = bisect_left(self._starts, pos + 8)
+            if j < len(self._starts) and self._starts[j] == pos + 8 and start <= j and (stop is None or j < stop):
+                return j
+            pos = self._raw.find(needle, pos + 1)
+        raise ValueError(f"{value!r} is not in the array")
+
+    def __contains__(self, value: object) -> bool:
+        if not isinstance(value, str):
+            return False
+        try:
+            self.index(value)
+        except ValueError:
+            return False
+        return True
+
+    def same_as(self, other: "StringArray") -> bool:
+        """Byte-identical arrays (two well-formed arrays with equal raw bytes are equal)."""
+        return len(self) == len(other) and self._raw == other._raw
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, StringArray):
+            return self.same_as(other)
+        if isinstance(other, (list, tuple)):
+            return len(other) == len(self) and all(a == b for a, b in zip(self, other))
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def tolist(self) -> list[str]:
+        return list(self)
+
+    def __repr__(self) -> str:
+        return f"StringArray({len(self)} items)"
+
+
+@dataclass(frozen=True)
+class KVField:
+    """One metadata pair. Arrays: ``value`` is a tuple (numbers, bools, nested tuples) or a
+    ``StringArray``; ``item_type`` is the element type. ``offset`` is where the key starts."""
+
+    name: str
+    type: GGUFValueType
+    value: Any
+    offset: int
+    item_type: GGUFValueType | None = None
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    """One tensor as declared in the header. ``shape_ne`` is ggml order (ne[0] innermost)."""
+
+    name: str
+    shape_ne: tuple[int, ...]
+    ggml_type: GGMLQuantizationType
+    offset_abs: int   # first data byte, from the start of the file
+    nbytes: int
+    info_offset: int  # where this tensor's info record starts in the header
+
+    @property
+    def end(self) -> int:
+        return self.offset_abs + self.nbytes
+
+    @property
+    def n_elements(self) -> int:
+        n = 1
+        for d in self.shape_ne:
+            n *= d
+        return n
+
+
+@dataclass(frozen=True)
+class GGUFHeader:
+    """Everything before the tensor data, validated against the file size.
+
+    ``non_utf8`` lists keys, tensor names and string values that were not valid UTF-8
+    (decoded with U+FFFD replacements); string *array* items are decoded lazily and are not
+    listed.
+    """
+
+    path: Path
+    version: int
+    file_size: int
+    kv: dict[str, KVField]
+    kv_order: tuple[str, ...]
+    tensors: tuple[TensorInfo, ...]
+    alignment: int
+    data_offset: int
+    header_end: int
+    non_utf8: tuple[str, ...] = field(default=())
+
+    def get(self, key: str, default: Any = None) -> Any:
+        f = self.kv.get(key)
+        return default if f is None else f.value
+
+    @property
+    def arch(self) -> str | None:
+        a = self.get("general.architecture")
+        return a if isinstance(a, str) else None
+
+    @cached_property
+    def tensors_by_name(self) -> dict[str, TensorInfo]:
+        return {t.name: t for t in self.tensors}
+
+    @property
+    def data_end(self) -> int:
+        """End of the last tensor's bytes (``header_end`` when there are no tensors)."""
+        return max((t.end for t in self.tensors), default=self.header_end)
+
+
+# --- reader ------------------------------------------------------------------------------
+
+class _Cursor:
+    """Sequential reads from the start of a file, bounds-checked against its size.
+
+    Bytes are read in growing chunks into one buffer, so parsing a big vocabulary costs a
+    handful of read() calls, and nothing past the header is ever read.
+    """
+
+    def __init__(self, f: BinaryIO, size: int, name: str) -> None:
+        self.f, self.size, self.name = f, size, name
+        self.buf = bytearray()
+        self.pos = 0
+
+    def truncated(self, what: str, end: int) -> TruncatedError:
+        return TruncatedError(
+            f"{self.name}: {what} needs bytes up to {end:,} but the file ends at {self.size:,} "
+            f"({_TRUNC_HINT})", offset=self.size)
+
+    def fill(self, end: int) -> None:
+        # Caller has checked end <= size; grow the buffer geometrically.
+        have = len(self.buf)
+        want = min(self.size, max(end, 2 * have, _FIRST_READ))
+        chunk = self.f.read(want - have)
+        self.buf += chunk
+        if len(self.buf) < end:  # the file shrank while we read it
+            raise self.truncated("the header", end)
+
+    def take(self, n: int, what: str) -> int:
+        start, end = self.pos, self.pos + n
+        if end > self.size:
+            raise self.truncated(what, end)
+        if end > len(self.buf):
+            self.fill(end)
+        self.pos = end
+        return start
+
+    def unpack(self, s: struct.Struct, what: str) -> Any:
+        return s.unpack_from(self.buf, self.take(s.size, what))[0]
+
+    def text(self, n: int, where: str, non_utf8: list[str]) -> str:
+        start = self.take(n, where)
+        raw = bytes(self.buf[start:start + n])
+        try:
+            return raw.decode("utf-8")
+        except UnicodeDecodeError:
+            non_utf8.append(f"{where} at byte {start:,}")
+            return raw.decode("utf-8", errors="replace")
+
+
+def _value_type(raw: int, where: str, name: str, offset: int) -> GGUFValueType:
+    try:
+        return GGUFValueType(raw)
+    except ValueError:
+        raise InvalidKVError(
+            f"{name}: {where} has value type {raw}, not one of the 13 GGUF types 0-12, at byte "
+            f"{offset:,} (corrupt metadata; re-download or re-convert)", offset=offset) from None
+
+
+class _Parser:
+    def __init__(self, cur: _Cursor) -> None:
+        self.c = cur
+        self.name = cur.name
+        self.non_utf8: list[str] = []
+
+    def string(self, what: str, cap: int) -> str:
+        c = self.c
+        at = c.pos
+        n = c.unpack(_U64, f"the length of {what}")
+        if n > cap:
+            raise LimitError(
+                f"{self.name}: {what} claims {n:,} bytes at byte {at:,}, more than the "
+                f"{cap:,}-byte limit (corrupt length field; re-download the file)", offset=at)
+        return c.text(n, what, self.non_utf8)
+
+    def value(self, vtype: GGUFValueType, what: str, depth: int) -> tuple[Any, GGUFValueType | None]:
+        c = self.c
+        if vtype in _SCALAR_STRUCT:
+            v = c.unpack(_SCALAR_STRUCT[vtype], what)
+            return (v != 0 if vtype == GGUFValueType.BOOL else v), None
+        if vtype == GGUFValueType.STRING:
+            return self.string(what, MAX_STRING_BYTES), None
+        # ARRAY: u32 item type, u64 count, items
+        at = c.pos
+        item = _value_type(c.unpack(_U32, f"the item type of {what}"), f"the item type of {what}", self.name, at)
+        count_at = c.pos
+        n = c.unpack(_U64, f"the item count of {what}")
+        if n > MAX_ARRAY_ITEMS:
+            raise LimitError(
+                f"{self.name}: {what} claims {n:,} items at byte {count_at:,}, more than the "
+                f"{MAX_ARRAY_ITEMS:,}-item limit (corrupt count; re-download the file)", offset=count_at)
+        if item in _SCALAR:
+            fmt, dtype = _SCALAR[item]
+            nb = n * struct.calcsize(fmt)
+            start = c.take(nb, f"the {n:,} {item.name} items of {what}")
+            # Copy out first: a numpy view would pin the growable buffer (BufferError on resize).
+            arr = np.frombuffer(bytes(c.buf[start:start + nb]), dtype=dtype)
+            if item == GGUFValueType.BOOL:
+                arr = arr != 0
+            return tuple(arr.tolist()), item
+        if item == GGUFValueType.STRING:
+            return self.string_array(n, what), item
+        if depth + 1 >= MAX_ARRAY_DEPTH:
+            raise LimitError(
+                f"{self.name}: {what} nests arrays deeper than {MAX_ARRAY_DEPTH} levels at byte "
+                f"{at:,} (corrupt metadata; no real GGUF nests arrays)", offset=at)
+        # Each nested array takes at least 12 bytes, so a huge count hits the file end fast.
+        return tuple(self.value(GGUFValueType.ARRAY, f"item {i} of {what}", depth + 1)[0]
+                     for i in range(n)), item
+
+    def string_array(self, n: int, what: str) -> StringArray:
+        c = self.c
+        first = c.pos
+        # Every item has an 8-byte length prefix: check the lower bound before the walk.
+        if first + 8 * n > c.size:
+            raise c.truncated(f"the {n:,} strings of {what}", first + 8 * n)
+        starts: list[int] = []
+        push, unpack, pos = starts.append, _U64.unpack_from, first
+        while len(starts) < n:
+            # Fast path over the bytes already buffered (a vocabulary is ~300k items): no
+            # per-item checks; running off the buffer shows up as struct.error or pos > have.
+            buf, have = c.buf, len(c.buf)
+            try:
+                for _ in repeat(None, n - len(starts)):
+                    ln = unpack(buf, pos)[0]
+                    pos += 8
+                    push(pos)
+                    pos += ln
+            except (struct.error, OverflowError):  # ran off the buffer
+                pass
+            if len(starts) == n and pos <= have:
+                break
+            # Slow path for the one item that crossed the buffer end: re-read it with checks.
+            if starts and starts[-1] + unpack(buf, starts[-1] - 8)[0] > have:
+                pos = starts.pop() - 8
+            i = len(starts)
+            if pos + 8 > c.size:
+                raise c.truncated(f"the length of item {i:,} of {what}", pos + 8)
+            if pos + 8 > len(c.buf):
+                c.fill(pos + 8)
+            ln = unpack(c.buf, pos)[0]
+            self._check_item_len(ln, i, what, pos)
+            if pos + 8 + ln > c.size:
+                raise c.truncated(f"item {i:,} of {what}", pos + 8 + ln)
+            if pos + 8 + ln + 8 > len(c.buf):
+                c.fill(min(c.size, pos + 8 + ln + 8))
+            pos += 8
+            push(pos)
+            pos += ln
+        lengths = np.diff(np.array(starts + [pos + 8], dtype=np.int64)) - 8
+        if len(lengths) and int(lengths.max()) > MAX_STRING_BYTES:
+            i = int(lengths.argmax())
+            self._check_item_len(int(lengths[i]), i, what, starts[i] - 8)
+        c.pos = pos
+        rel = array("q", (np.asarray(starts, dtype=np.int64) - first).tobytes())
+        return StringArray(bytes(c.buf[first:pos]), rel)
+
+    def _check_item_len(self, ln: int, i: int, what: str, at: int) -> None:
+        if ln > MAX_STRING_BYTES:
+            raise LimitError(
+                f"{self.name}: item {i:,} of {what} claims {ln:,} bytes at byte {at:,}, more than "
+                f"the {MAX_STRING_BYTES:,}-byte limit (corrupt length field; re-download the file)",
+                offset=at)
+
+    def kv_pairs(self, n_kv: int) -> tuple[dict[str, KVField], list[str]]:
+        c, kv, order = self.c, {}, []
+        for i in range(n_kv):
+            at = c.pos
+            key = self.string(f"key #{i}", MAX_NAME_BYTES)
+            if not key:
+                raise InvalidKVError(
+                    f"{self.name}: key #{i} at byte {at:,} is empty (corrupt metadata; "
+                    f"re-download or re-convert)", offset=at)
+            shown = show(key)
+            if key in kv:
+                raise InvalidKVError(
+                    f"{self.name}: key '{shown}' appears twice (at bytes {kv[key].offset:,} and "
+                    f"{at:,}); loaders refuse duplicate keys (re-convert the file)", offset=at)
+            t_at = c.pos
+            vtype = _value_type(c.unpack(_U32, f"the type of key '{shown}'"), f"key '{shown}'", self.name, t_at)
+            value, item = self.value(vtype, f"the value of key '{shown}'", 0)
+            kv[key] = KVField(key, vtype, value, at, item)
+            order.append(key)
+        return kv, order
+
+    def alignment(self, kv: dict[str, KVField]) -> int:
+        f = kv.get("general.alignment")
+        if f is None:
+            return DEFAULT_ALIGNMENT
+        if f.type != GGUFValueType.UINT32:
+            raise InvalidKVError(
+                f"{self.name}: key 'general.alignment' at byte {f.offset:,} is {f.type.name}, "
+                f"but loaders require UINT32 (re-convert the file)", offset=f.offset)
+        a = f.value
+        if a == 0 or a & (a - 1):
+            raise InvalidKVError(
+                f"{self.name}: general.alignment = {a} at byte {f.offset:,} is not a power of two "
+                f"(corrupt metadata; re-convert the file)", offset=f.offset)
+        return a
+
+    def tensor_infos(self, n: int, alignment: int) -> list[tuple[str, tuple[int, ...], GGMLQuantizationType, int, int, int]]:
+        c, out, seen = self.c, [], {}
+        for i in range(n):
+            at = c.pos
+            name = self.string(f"the name of tensor #{i}", MAX_NAME_BYTES)
+            if name in seen:
+                raise InvalidTensorInfoError(
+                    f"{self.name}: tensor name '{show(name)}' appears twice (tensors #{seen[name]} and "
+                    f"#{i}, at byte {at:,}); loaders refuse duplicates (re-convert the file)", offset=at)
+            seen[name] = i
+            label = f"tensor {show(name)}"
+            d_at = c.pos
+            n_dims = c.unpack(_U32, f"the dimension count of {label}")
+            if n_dims > GGML_MAX_DIMS:
+                raise InvalidTensorInfoError(
+                    f"{self.name}: {label} has {n_dims:,} dimensions at byte {d_at:,}; ggml allows "
+                    f"at most {GGML_MAX_DIMS} (corrupt tensor info; re-download the file)", offset=d_at)
+            ne = []
+            for j in range(n_dims):
+                e_at = c.pos
+                d = c.unpack(_I64, f"dimension {j} of {label}")
+                if d < 0:
+                    raise InvalidTensorInfoError(
+                        f"{self.name}: {label} dimension {j} is {d} at byte {e_at:,} (a negative "
+                        f"or >= 2^63 size: corrupt tensor info; re-download the file)", offset=e_at)
+                ne.append(d)
+            ne = tuple(ne)
+            n_el = 1
+            for d in ne:
+                n_el *= d
+            if n_el >= 1 << 63:
+                raise InvalidTensorInfoError(
+                    f"{self.name}: {label} shape {list(ne)} has {n_el:,} elements, more than "
+                    f"ggml's int64 can count (corrupt tensor info; re-download the file)", offset=d_at)
+            t_at = c.pos
+            raw_type = c.unpack(_U32, f"the type of {label}")
+            try:
+                qtype = GGMLQuantizationType(raw_type)
+                block, type_size = GGML_QUANT_SIZES[qtype]
+            except (ValueError, KeyError):
+                raise InvalidTensorInfoError(
+                    f"{self.name}: {label} has ggml type id {raw_type} at byte {t_at:,}, which the "
+                    f"gguf package does not know (corrupt, or written by a newer llama.cpp: "
+                    f"upgrade gguf)", offset=t_at) from None
+            ne0 = ne[0] if ne else 1
+            if ne0 % block:
+                raise InvalidTensorInfoError(
+                    f"{self.name}: {label} is {qtype.name} with rows of {ne0:,} elements, not a "
+                    f"multiple of its block size {block} (corrupt tensor info, or a broken "
+                    f"quantizer; re-convert)", offset=t_at)
+            nbytes = n_el // block * type_size
+            o_at = c.pos
+            offset = c.unpack(_U64, f"the data offset of {label}")
+            if offset % alignment:
+                raise InvalidTensorInfoError(
+                    f"{self.name}: {label} data offset {offset:,} (at byte {o_at:,}) is not a "
+                    f"multiple of the alignment {alignment} (corrupt tensor info; re-download "
+                    f"the file)", offset=o_at)
+            out.append((name, ne, qtype, offset, nbytes, at))
+        return out
+
+
+def read_header(path: str | os.PathLike[str]) -> GGUFHeader:
+    """Read and validate a GGUF header without touching tensor data.
+
+    Raises:
+        OutputError: the path does not exist, is not a regular file, or cannot be read.
+        GGUFFormatError: (a subclass of ``GGUFHeaderError``) the file is truncated or
+            corrupt; the message names the byte offset and the key or tensor.
+    """
+    p = Path(path)
+    try:
+        st = os.stat(p)
+    except FileNotFoundError:
+        raise OutputError(f"{p}: no such file") from None
+    except OSError as exc:
+        raise OutputError(f"{p}: cannot read it ({exc.strerror})") from None
+    if not stat.S_ISREG(st.st_mode):
+        # open() on a FIFO would block; a directory is a common slip with sharded models.
+        kind = "a directory" if stat.S_ISDIR(st.st_mode) else "not a regular file"
+        raise OutputError(f"{p}: is {kind}; pass the .gguf file itself")
+    try:
+        with open(p, "rb") as f:
+            return read_header_from(f, os.fstat(f.fileno()).st_size, p)
+    except OSError as exc:
+        raise OutputError(f"{p}: cannot read it ({exc.strerror})") from None
+
+
+def parse_header_bytes(data: bytes, name: str = "<bytes>") -> GGUFHeader:
+    """``read_header`` over an in-memory file (tests and fuzzing)."""
+    return read_header_from(io.BytesIO(data), len(data), Path(name))
+
+
+def read_header_from(f: BinaryIO, size: int, path: Path) -> GGUFHeader:
+    """Parse from an open binary file positioned at 0 whose total size is ``size``."""
+    name = str(path)
+    c = _Cursor(f, size, name)
+    if size < 4:
+        raise TruncatedError(
+            f"{name}: the file is {size} bytes, too short for the 4-byte GGUF magic (empty or "
+            f"truncated download; re-fetch it)", offset=size)
+    c.take(4, "the magic")
+    magic = bytes(c.buf[:4])
+    if magic != MAGIC:
+        raise NotGGUFError(f"{name}: {_not_gguf_reason(bytes(c.buf[:64]))}", offset=0)
+    version = c.unpack(_U32, "the GGUF version")
+    if version not in SUPPORTED_VERSIONS:
+        if version and not version & 0xFFFF:
+            why = "it looks big-endian; only little-endian GGUF files are supported"
+        elif version == 1:
+            why = "GGUF v1 (32-bit counts) is no longer supported by llama.cpp; re-convert"
+        else:
+            why = "supported versions are 2 and 3; corrupt header or a newer format"
+        raise UnsupportedVersionError(f"{name}: GGUF version {version} at byte 4: {why}", offset=4)
+    n_tensors = c.unpack(_U64, "the tensor count")
+    n_kv = c.unpack(_U64, "the metadata key count")
+    for n, cap, what, at in ((n_tensors, MAX_TENSORS, "tensors", 8), (n_kv, MAX_KV, "metadata keys", 16)):
+        if n > cap:
+            raise LimitError(
+                f"{name}: the header claims {n:,} {what} (at byte {at}), more than the "
+                f"{cap:,} limit (corrupt header; re-download the file)", offset=at)
+    p = _Parser(c)
+    kv, order = p.kv_pairs(n_kv)
+    alignment = p.alignment(kv)
+    raw_infos = p.tensor_infos(n_tensors, alignment)
+    header_end = c.pos
+    # llama.cpp seeks to the padded start of the data section only when there are tensors.
+    data_offset = header_end + (-header_end % alignment) if n_tensors else header_end
+    if n_tensors and data_offset > size:
+        raise c.truncated("the padding before the tensor data", data_offset)
+    tensors = tuple(TensorInfo(n, ne, t, data_offset + off, nb, at) for n, ne, t, off, nb, at in raw_infos)
+    _check_ranges(name, size, tensors)
+    return GGUFHeader(path=path, version=version, file_size=size, kv=kv, kv_order=tuple(order),
+                      tensors=tensors, alignment=alignment, data_offset=data_offset,
+                      header_end=header_end, non_utf8=tuple(p.non_utf8))
+
+
+def _check_ranges(name: str, size: int, tensors: Sequence[TensorInfo]) -> None:
+    by_start = sorted((t for t in tensors if t.nbytes), key=lambda t: (t.offset_abs, t.end))
+    cut = [t for t in by_start if t.end > size]
+    if cut:
+        t = cut[0]
+        more = f" (and {len(cut) - 1:,} more tensor{'s' if len(cut) > 2 else ''} after it)" if len(cut) > 1 else ""
+        hint = _TRUNC_HINT if t.offset_abs <= size else f"{_TRUNC_HINT}; or a corrupt offset"
+        raise TruncatedError(
+            f"{name}: tensor {show(t.name)} needs bytes up to {t.end:,} but the file ends at {size:,}"
+            f"{more} ({hint})", offset=size)
+    for a, b in zip(by_start, by_start[1:]):
+        if b.offset_abs < a.end:
+            raise TensorOverlapError(
+                f"{name}: tensors {show(a.name)} (bytes {a.offset_abs:,}-{a.end:,}) and {show(b.name)} (bytes "
+                f"{b.offset_abs:,}-{b.end:,}) overlap (corrupt tensor offsets; re-convert or "
+                f"re-download)", offset=b.info_offset)
+
+
+def _not_gguf_reason(head: bytes) -> str:
+    """Name what the file looks like instead, for the common wrong downloads."""
+    found = head[:4]
+    shown = found.decode("latin-1").encode("unicode_escape").decode()
+    low = head.lstrip().lower()
+    if low.startswith(b"version https://git-lfs"):
+        what = "it is a Git LFS pointer, not the model (run `git lfs pull` or download the file itself)"
+    elif low.startswith((b"<!doctype", b"<html")):
+        what = "it is an HTML page (the download returned an error or login page)"
+    elif low.startswith((b"{", b"[")):
+        what = "it is JSON text, not a GGUF model"
+    elif found == b"PK\x03\x04":
+        what = "it is a zip archive (a PyTorch .pt/.bin checkpoint?); convert it to GGUF first"
+    elif len(head) >= 9 and head[8:9] == b"{" and _U64.unpack_from(head)[0] < 1 << 27:
+        what = "it is a safetensors file; convert it with `dflash-gguf convert`"
+    else:
+        what = "not a GGUF file (wrong file, or the start of the file is damaged)"
+    return f"starts with '{shown}' instead of the GGUF magic 'GGUF': {what}"

@@ -1,0 +1,236 @@
+"""Streaming, atomic, deterministic GGUF writing on top of gguf-py's GGUFWriter.
+
+GGUFWriter keeps every added tensor in memory until ``write_tensors_to_file``. We use it for
+the header, the KVs and the tensor infos (it computes the aligned offsets), then write the
+data section ourselves: each tensor arrives as row chunks from its producer, the next chunk
+is read on a second thread while the current one is written, and bytes go out with plain
+``write`` (numpy's ``tofile``, which GGUFWriter uses, was 3x slower here). The layout is the
+one GGUFWriter writes: data aligned, each tensor zero-padded to the alignment.
+The file is written to a temp file in the output directory and renamed at the end: an error
+or Ctrl-C leaves nothing behind, and an existing file is only replaced with ``force``.
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Callable, Iterable, Iterator, Sequence
+
+import numpy as np
+from gguf import GGMLQuantizationType, GGUFValueType, GGUFWriter
+
+from ..errors import OutputError
+
+Progress = Callable[[int], None]
+
+
+@dataclass(frozen=True)
+class KV:
+    """One metadata pair with its GGUF type (``sub_type`` is the element type of an ARRAY)."""
+
+    key: str
+    value: Any
+    type: GGUFValueType
+    sub_type: GGUFValueType | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        value = self.value
+        if isinstance(value, (bytes, bytearray)):
+            value = value.decode("utf-8", errors="replace")
+        elif isinstance(value, (list, tuple)) and len(value) > 64:
+            value = {"length": len(value), "head": list(value[:8])}
+        elif isinstance(value, (list, tuple)):
+            value = list(value)
+        typ = self.type.name if self.sub_type is None else f"ARRAY[{self.sub_type.name}]"
+        return {"key": self.key, "type": typ, "value": value}
+
+
+def kv_u32(key: str, value: int) -> KV:
+    return KV(key, int(value), GGUFValueType.UINT32)
+
+
+def kv_f32(key: str, value: float) -> KV:
+    return KV(key, float(value), GGUFValueType.FLOAT32)
+
+
+def kv_str(key: str, value: str) -> KV:
+    return KV(key, str(value), GGUFValueType.STRING)
+
+
+def kv_bool(key: str, value: bool) -> KV:
+    return KV(key, bool(value), GGUFValueType.BOOL)
+
+
+def kv_array(key: str, values: Sequence[Any], sub_type: GGUFValueType) -> KV:
+    return KV(key, list(values), GGUFValueType.ARRAY, sub_type)
+
+
+@dataclass(frozen=True)
+class TensorOut:
+    """A tensor to write: its final name/shape/type and a function that produces its data.
+
+    ``shape`` is numpy/torch order (last axis = ggml ne0). ``produce`` returns the encoded
+    data — one array, or an iterable of row chunks — whose bytes, concatenated, are the
+    tensor's ggml encoding (typed F32/F16 arrays or raw uint8 block bytes).
+    """
+
+    name: str
+    shape: tuple[int, ...]
+    ggml_type: GGMLQuantizationType
+    nbytes: int
+    produce: Callable[[], "np.ndarray | Iterable[np.ndarray]"]
+
+
+@dataclass(frozen=True)
+class WriteReport:
+    path: Path
+    n_tensors: int
+    n_kv: int
+    file_size: int
+    tensor_bytes: int
+
+
+def write_gguf(
+    path: str | Path,
+    arch: str,
+    kvs: Iterable[KV],
+    tensors: Sequence[TensorOut],
+    *,
+    force: bool = False,
+    progress: Progress | None = None,
+) -> WriteReport:
+    """Write a GGUF atomically, one tensor in memory at a time.
+
+    ``kvs`` must not contain ``general.architecture`` (GGUFWriter writes it first).
+
+    Raises:
+        OutputError: the output exists (without ``force``), or the directory is not writable.
+    """
+    path = Path(path)
+    if path.exists() and not force:
+        raise OutputError(f"{path}: already exists; pass --force to overwrite it")
+    if not path.parent.is_dir():
+        raise OutputError(f"{path.parent}: output directory does not exist")
+    if not tensors:
+        # A metadata-only drafter GGUF loads nowhere (ik_llama #2043); refuse to write one.
+        raise OutputError(f"{path}: refusing to write a GGUF with no tensors")
+    try:
+        fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as exc:
+        raise OutputError(f"{path.parent}: cannot create a file there ({exc.strerror})") from None
+    os.close(fd)
+    tmp = Path(tmp_name)
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; outputs get the usual permissions
+    kvs = list(kvs)
+    try:
+        writer = GGUFWriter(tmp, arch)
+        for kv in kvs:
+            if kv.key == "general.alignment":
+                # add_key_value alone would not change the padding GGUFWriter applies
+                writer.data_alignment = int(kv.value)
+            if kv.type == GGUFValueType.ARRAY:
+                # add_key_value drops empty arrays silently in add_array; we never pass one.
+                writer.add_key_value(kv.key, list(kv.value), kv.type, sub_type=kv.sub_type)
+            else:
+                writer.add_key_value(kv.key, kv.value, kv.type)
+        for t in tensors:
+            if t.ggml_type in (GGMLQuantizationType.F32, GGMLQuantizationType.F16):
+                dtype = np.float32 if t.ggml_type == GGMLQuantizationType.F32 else np.float16
+                writer.add_tensor_info(t.name, t.shape, np.dtype(dtype), t.nbytes, raw_dtype=t.ggml_type)
+            else:
+                byte_shape = _byte_shape(t.shape, t.ggml_type)
+                writer.add_tensor_info(t.name, byte_shape, np.dtype(np.uint8), t.nbytes, raw_dtype=t.ggml_type)
+        writer.write_header_to_file()
+        writer.write_kv_data_to_file()
+        writer.write_ti_data_to_file()
+        align = writer.data_alignment
+        writer.close()
+        with open(tmp, "r+b", buffering=0) as fout:
+            fout.seek(0, os.SEEK_END)
+            _pad(fout, fout.tell(), align)
+            total = _write_data(fout, tensors, align, progress)
+            fout.flush()
+        size = tmp.stat().st_size
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return WriteReport(path=path, n_tensors=len(tensors), n_kv=len(kvs) + 1, file_size=size, tensor_bytes=total)
+
+
+def _chunks(t: TensorOut) -> Iterator[np.ndarray]:
+    data = t.produce()
+    if isinstance(data, np.ndarray):
+        yield data
+    else:
+        yield from data
+
+
+def _write_data(fout, tensors: Sequence[TensorOut], align: int, progress: Progress | None) -> int:
+    """Write every tensor's chunks in order, reading one chunk ahead on a worker thread
+    (file reads, numpy conversions and quantization release the GIL)."""
+    def stream() -> Iterator[tuple[int, np.ndarray | None]]:
+        for i, t in enumerate(tensors):
+            for chunk in _chunks(t):
+                yield i, chunk
+            yield i, None  # end of tensor i
+
+    total = 0
+    written = [0] * len(tensors)
+    it = stream()
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        pending = pool.submit(next, it, None)
+        while True:
+            item = pending.result()
+            if item is None:
+                break
+            pending = pool.submit(next, it, None)
+            i, chunk = item
+            t = tensors[i]
+            if chunk is None:
+                if written[i] != t.nbytes:
+                    raise AssertionError(f"{t.name}: produced {written[i]} bytes, planned {t.nbytes}")
+                _pad(fout, t.nbytes, align)
+                continue
+            buf = memoryview(np.ascontiguousarray(chunk)).cast("B")
+            _write_all(fout, buf)
+            written[i] += buf.nbytes
+            total += buf.nbytes
+            if progress is not None:
+                progress(buf.nbytes)
+    return total
+
+
+def _write_all(fout, buf: memoryview) -> None:
+    while buf.nbytes:  # a raw write may be partial
+        n = fout.write(buf)
+        buf = buf[n:]
+
+
+def _pad(fout, n: int, align: int) -> None:
+    pad = -n % align
+    if pad:
+        fout.write(bytes(pad))
+
+
+def _byte_shape(shape: tuple[int, ...], qtype: GGMLQuantizationType) -> tuple[int, ...]:
+    from gguf import GGML_QUANT_SIZES
+
+    block, type_size = GGML_QUANT_SIZES[qtype]
+    if shape[-1] % block:
+        raise AssertionError(f"row of {shape[-1]} is not a multiple of the {qtype.name} block {block}")
+    return (*shape[:-1], shape[-1] // block * type_size)
+
+
+def tensor_nbytes(shape: Sequence[int], qtype: GGMLQuantizationType) -> int:
+    from gguf import GGML_QUANT_SIZES
+
+    block, type_size = GGML_QUANT_SIZES[qtype]
+    n = 1
+    for d in shape[:-1]:
+        n *= int(d)
+    return n * (int(shape[-1]) // block) * type_size

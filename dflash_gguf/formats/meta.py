@@ -1,0 +1,231 @@
+"""What every drafter GGUF format shares: the format-independent DrafterMeta, the tensor
+name table, and the Format base class that each runtime family module specialises.
+
+A format only decides (1) the architecture string, (2) how the DFlash-specific facts
+(taps, block size, mask id, tap width) are spelled as keys, and (3) three tensor names
+(fc, hidden norm, the pre-FFN norm). Everything else — the Qwen3-style hparams, rope
+scaling, SWA, tokenizer — is the same key suffix under a different arch prefix. So convert
+builds a DrafterMeta from config.json, retarget parses one from a GGUF, and both write it
+through the same ``Format.kvs``.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable
+
+from gguf import GGUFValueType
+
+from ..errors import GGUFFormatError, UsageError
+from ..fileio.gguf_writer import KV
+
+T = GGUFValueType
+
+# Per-layer tensors: checkpoint suffix (after "layers.N.") -> GGUF suffix (after "blk.N.").
+# The pre-FFN norm is format-specific and filled in by each format (PRE_FFN_NORM).
+PRE_FFN_NORM = "post_attention_layernorm.weight"
+LAYER_TENSORS: dict[str, str] = {
+    "input_layernorm.weight": "attn_norm.weight",
+    "self_attn.q_proj.weight": "attn_q.weight",
+    "self_attn.k_proj.weight": "attn_k.weight",
+    "self_attn.v_proj.weight": "attn_v.weight",
+    "self_attn.o_proj.weight": "attn_output.weight",
+    "self_attn.q_proj.bias": "attn_q.bias",
+    "self_attn.k_proj.bias": "attn_k.bias",
+    "self_attn.v_proj.bias": "attn_v.bias",
+    "self_attn.o_proj.bias": "attn_output.bias",
+    "self_attn.q_norm.weight": "attn_q_norm.weight",
+    "self_attn.k_norm.weight": "attn_k_norm.weight",
+    "mlp.gate_proj.weight": "ffn_gate.weight",
+    "mlp.up_proj.weight": "ffn_up.weight",
+    "mlp.down_proj.weight": "ffn_down.weight",
+    # DFlash2 grouped dynamic causal conv (mainline names; base kernels carry no ".weight" on disk)
+    "attention_conv.base_kernel": "attn_conv_base",  # no suffix: the runtime loads it by this name (F32)
+    "attention_conv.kernel_projection.weight": "attn_conv_proj.weight",
+    "mlp_conv.base_kernel": "ffn_conv_base",
+    "mlp_conv.kernel_projection.weight": "ffn_conv_proj.weight",
+}
+DFLASH2_LAYER = ("attention_conv.base_kernel", "attention_conv.kernel_projection.weight",
+                 "mlp_conv.base_kernel", "mlp_conv.kernel_projection.weight")
+# Global tensors shared by all formats (fc and hidden_norm are per format).
+FC, HIDDEN_NORM = "fc.weight", "hidden_norm.weight"
+GLOBAL_TENSORS: dict[str, str] = {
+    "norm.weight": "output_norm.weight",
+    # DFlash2 candidate selector; codebooks have no ".weight" on disk (the torch loader remaps them)
+    "candidate_selector.predecessor_codebook": "selector_predecessor.weight",
+    "candidate_selector.successor_codebook": "selector_successor.weight",
+    "candidate_selector.hidden_projection.weight": "selector_hidden.weight",
+}
+DFLASH2_GLOBAL = ("candidate_selector.predecessor_codebook", "candidate_selector.successor_codebook",
+                  "candidate_selector.hidden_projection.weight")
+# Optional tensors some exports ship; the runtimes borrow the target's when absent.
+OPTIONAL_TENSORS: dict[str, str] = {"embed_tokens.weight": "token_embd.weight", "lm_head.weight": "output.weight"}
+# Known extras with an explicit rule: dropped, and reported as such.
+DROPPED_TENSORS: dict[str, str] = {
+    "d2t": "reduced-vocab map; z-lab drafters share the target vocab (mainline's converter drops it too)",
+    "t2d": "reduced-vocab map; z-lab drafters share the target vocab (mainline's converter drops it too)",
+}
+_LAYER_RE = re.compile(r"^layers\.(\d+)\.(.+)$")
+_BLK_RE = re.compile(r"^blk\.(\d+)\.(.+)$")
+
+
+@dataclass
+class DrafterMeta:
+    """The semantic content of a drafter GGUF, independent of any runtime's spelling.
+
+    ``hparams`` are (suffix, value, type, sub_type) written under ``<arch>.`` by every format.
+    When a file is parsed, every arch-prefixed key its format does not interpret lands here
+    verbatim (re-prefixed on write), so a retarget round trip loses nothing.
+    """
+
+    taps: tuple[int, ...]  # z-lab convention: output of target layer L
+    block_size: int | None
+    mask_token_id: int | None
+    n_target_features: int  # fc input width = n_taps * target hidden
+    vocab_size: int | None = None
+    general: list[KV] = field(default_factory=list)  # general.* except architecture/file_type/quant version
+    hparams: list[tuple[str, Any, GGUFValueType, GGUFValueType | None]] = field(default_factory=list)
+    dflash2: dict[str, int] = field(default_factory=dict)  # conv_kernel_size, conv_group_size, selector_*
+    tokenizer: list[KV] = field(default_factory=list)
+    file_type: int | None = None
+    quantization_version: int | None = None
+    flavor: str | None = None  # lucebox: "qwen35" | "gemma4"
+
+    def hparam(self, suffix: str, default: Any = None) -> Any:
+        for s, v, _t, _st in self.hparams:
+            if s == suffix:
+                return v
+        return default
+
+    @property
+    def n_layers(self) -> int:
+        return int(self.hparam("block_count"))
+
+    @property
+    def hidden_size(self) -> int:
+        return int(self.hparam("embedding_length"))
+
+    @property
+    def causal(self) -> bool | None:
+        return self.hparam("attention.causal")
+
+
+class Format:
+    """A runtime family's spelling of a drafter. Subclasses set the class attributes and
+    implement ``dflash_kvs`` / ``parse_dflash``; the rest is shared."""
+
+    name: str = ""
+    description: str = ""
+    loaders: str = ""  # which runtimes load it, for docs and summaries
+    needs_tokenizer: bool = True
+    tap_offset: int = 0  # added to z-lab ids when stored (mainline: +1, layer-input index)
+    fc_name: str = "fc.weight"
+    hidden_norm_name: str = "hidden_norm.weight"
+    pre_ffn_norm: str = "ffn_norm.weight"
+    supports_dflash2: bool = False
+    archs: tuple[str, ...] = ()
+
+    # --- architecture and keys -------------------------------------------------------
+    def arch(self, meta: DrafterMeta) -> str:
+        return self.archs[0]
+
+    def kvs(self, meta: DrafterMeta) -> tuple[str, list[KV]]:
+        """(architecture, ordered KV list without general.architecture) for ``meta``."""
+        if meta.dflash2 and not self.supports_dflash2:
+            raise UsageError(
+                f"DFlash2 drafters (conv + candidate selector) load only in mainline llama.cpp; "
+                f"use --format llama.cpp instead of --format {self.name}"
+            )
+        if self.needs_tokenizer and not meta.tokenizer:
+            raise UsageError(
+                f"--format {self.name} needs the target's tokenizer in the GGUF; pass --target-gguf T.gguf "
+                "(the target as GGUF) or --target-dir T/ (its Hugging Face dir)"
+            )
+        arch = self.arch(meta)
+        out: list[KV] = list(meta.general)
+        out += [KV(f"{arch}.{s}", v, t, st) for s, v, t, st in meta.hparams]
+        if meta.file_type is not None:
+            out.append(KV("general.file_type", int(meta.file_type), T.UINT32))
+        out += self.dflash_kvs(arch, meta)
+        if meta.quantization_version is not None:
+            out.append(KV("general.quantization_version", int(meta.quantization_version), T.UINT32))
+        out += meta.tokenizer
+        out += self.tail_kvs(arch, meta)
+        return arch, out
+
+    def dflash_kvs(self, arch: str, meta: DrafterMeta) -> list[KV]:
+        raise NotImplementedError
+
+    def tail_kvs(self, arch: str, meta: DrafterMeta) -> list[KV]:
+        return []
+
+    def parse_dflash(self, arch: str, kv: dict[str, KV], meta: DrafterMeta, consumed: set[str]) -> None:
+        """Fill meta's DFlash fields from a file's keys, adding each key used to ``consumed``."""
+        raise NotImplementedError
+
+    def stored_taps(self, meta: DrafterMeta) -> list[int]:
+        return [i + self.tap_offset for i in meta.taps]
+
+    # --- tensor names ------------------------------------------------------------------
+    def gguf_name(self, src: str) -> str | None:
+        """GGUF name for a checkpoint tensor name, or None when the name is not a drafter tensor."""
+        src = src.removeprefix("model.")
+        if src == FC:
+            return self.fc_name
+        if src == HIDDEN_NORM:
+            return self.hidden_norm_name
+        if src in GLOBAL_TENSORS:
+            return GLOBAL_TENSORS[src]
+        if src in OPTIONAL_TENSORS:
+            return OPTIONAL_TENSORS[src]
+        m = _LAYER_RE.match(src)
+        if m:
+            bid, rest = m.groups()
+            if rest == PRE_FFN_NORM:
+                return f"blk.{bid}.{self.pre_ffn_norm}"
+            if rest in LAYER_TENSORS:
+                return f"blk.{bid}.{LAYER_TENSORS[rest]}"
+        return None
+
+    def source_name(self, gguf_name: str) -> str | None:
+        """Inverse of gguf_name (checkpoint name without ``model.``), or None if unknown."""
+        if gguf_name == self.fc_name:
+            return FC
+        if gguf_name == self.hidden_norm_name:
+            return HIDDEN_NORM
+        for table in (GLOBAL_TENSORS, OPTIONAL_TENSORS):
+            for src, dst in table.items():
+                if dst == gguf_name:
+                    return src
+        m = _BLK_RE.match(gguf_name)
+        if m:
+            bid, rest = m.groups()
+            if rest == self.pre_ffn_norm:
+                return f"layers.{bid}.{PRE_FFN_NORM}"
+            for src, dst in LAYER_TENSORS.items():
+                if dst == rest:
+                    return f"layers.{bid}.{src}"
+        return None
+
+    def rename_from(self, other: "Format", gguf_name: str) -> str | None:
+        src = other.source_name(gguf_name)
+        return None if src is None else self.gguf_name(src)
+
+
+# --- helpers used by the format modules -------------------------------------------------
+def kv_value(kv: dict[str, KV], key: str, consumed: set[str], kind: Callable[[Any], Any] = int, required: bool = True,
+             path: str = "") -> Any:
+    field_ = kv.get(key)
+    if field_ is None:
+        if required:
+            raise GGUFFormatError(f"{path}: required key {key} is missing (file written by an incompatible converter?)")
+        return None
+    consumed.add(key)
+    try:
+        return kind(field_.value)
+    except (TypeError, ValueError):
+        raise GGUFFormatError(f"{path}: key {key} has unexpected value {field_.value!r}") from None
+
+
+def with_taps(meta: DrafterMeta, taps: tuple[int, ...]) -> DrafterMeta:
+    return replace(meta, taps=tuple(taps))

@@ -1,0 +1,1 @@
+"""Guards: header-only integrity, drafter, pairing and base-vs-instruct checks."""

@@ -1,0 +1,408 @@
+"""convert / retarget / inspect end to end on the fixtures, through the CLI."""
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from gguf import GGUFReader
+
+from dflash_gguf.formats import FORMATS
+
+from tests.conftest import BROKEN, DRAFTERS, TARGETS, rewrite_gguf
+
+LLAMA_GGUF = TARGETS / "llama-tiny.gguf"
+QWEN_DIR = TARGETS / "qwen3-tiny"
+# drafter -> target option that pairs with it (same vocab, hidden, enough depth)
+PAIRS = {
+    "qwen3-flat": ("--target-dir", QWEN_DIR),
+    "qwen3-nested": ("--target-dir", QWEN_DIR),
+    "qwen3-dflash2": ("--target-dir", QWEN_DIR),
+    "gemma-style": ("--target-gguf", LLAMA_GGUF),
+}
+
+
+def kvs(path):
+    r = GGUFReader(path)
+    return {k: (f.contents(), [t.name for t in f.types]) for k, f in r.fields.items() if not k.startswith("GGUF.")}
+
+
+def tensors(path):
+    r = GGUFReader(path)
+    return {t.name: (t.tensor_type.name, bytes(t.data.tobytes())) for t in r.tensors}
+
+
+def do_convert(cli, tmp_path, drafter, fmt, outtype="auto", name="out.gguf", with_target=False):
+    out = tmp_path / name
+    args = ["convert", DRAFTERS / drafter, "-o", out, "--format", fmt, "--outtype", outtype]
+    if FORMATS[fmt].needs_tokenizer or with_target:
+        args += list(PAIRS[drafter])
+    code, so, se = cli(*args)
+    return code, out, so, se
+
+
+@pytest.mark.parametrize("fmt", list(FORMATS))
+@pytest.mark.parametrize("drafter", list(PAIRS))
+def test_every_format_and_schema(cli, tmp_path, drafter, fmt):
+    code, out, so, se = do_convert(cli, tmp_path, drafter, fmt)
+    if drafter == "qwen3-dflash2" and fmt != "llama.cpp":
+        assert code == 2 and "load only in mainline" in se and not out.exists()
+        return
+    assert code == 0, se
+    kv = kvs(out)
+    arch = kv["general.architecture"][0]
+    cfg = json.loads((DRAFTERS / drafter / "config.json").read_text())
+    dc = cfg.get("dflash_config", {})
+    taps = dc["target_layer_ids"]
+    mask = dc["mask_token_id"]
+    theta = (cfg.get("rope_parameters") or {}).get("rope_theta", cfg.get("rope_theta"))
+    block = dc.get("block_size", cfg.get("block_size", 16))
+    n = cfg["num_hidden_layers"]
+    assert kv[f"{arch}.rope.freq_base"] == (pytest.approx(theta), ["FLOAT32"])
+    assert kv[f"{arch}.block_count"] == (n, ["UINT32"])
+    assert kv[f"{arch}.embedding_length"] == (cfg["hidden_size"], ["UINT32"])
+    assert kv[f"{arch}.attention.head_count_kv"] == (cfg["num_key_value_heads"], ["UINT32"])
+    names = set(tensors(out))
+    if fmt == "llama.cpp":
+        assert arch == "dflash"
+        assert kv["dflash.target_layers"] == ([i + 1 for i in taps], ["ARRAY", "INT32"])
+        assert kv["tokenizer.ggml.mask_token_id"] == (mask, ["UINT32"])
+        assert kv["dflash.block_size"] == (block, ["UINT32"])
+        assert {"fc.weight", "enc.output_norm.weight", "blk.0.ffn_norm.weight"} <= names
+    elif fmt == "llama.cpp-pr22105":
+        assert kv["dflash.target_layer_ids"] == ([i + 1 for i in taps], ["ARRAY", "INT32"])
+        assert kv["dflash.mask_token_id"] == (mask, ["UINT32"])
+        assert {"fc.weight", "hidden_norm.weight"} <= names
+    elif fmt == "dflash-draft":
+        assert arch == "dflash-draft"
+        assert kv["dflash-draft.dflash.target_layer_ids"] == (taps, ["ARRAY", "INT32"])
+        assert kv["dflash-draft.dflash.n_target_features"] == (len(taps) * 64, ["UINT32"])
+        assert kv["dflash-draft.dflash.mask_token_id"] == (mask, ["UINT32"])
+        assert {"dflash_fc.weight", "dflash_hidden_norm.weight", "blk.0.post_attention_norm.weight"} <= names
+    else:
+        assert arch == ("gemma4-dflash-draft" if drafter == "gemma-style" else "qwen35-dflash-draft")
+        assert kv[f"{arch}.dflash.n_target_layers"] == (len(taps), ["UINT32"])
+        assert kv[f"{arch}.dflash.target_layer_ids"] == (taps, ["ARRAY", "INT32"])
+        assert {"dflash.fc.weight", "dflash.hidden_norm.weight"} <= names
+        assert not any(k.startswith("tokenizer.") for k in kv)
+    if cfg.get("layer_types") and cfg.get("use_sliding_window"):
+        assert kv[f"{arch}.attention.sliding_window"] == (cfg["sliding_window"], ["UINT32"])
+        pattern = [t == "sliding_attention" for t in cfg["layer_types"]]
+        assert kv[f"{arch}.attention.sliding_window_pattern"] == (pattern, ["ARRAY", "BOOL"])
+    if "final_logit_softcapping" in cfg or "final_logit_softcapping" in dc:
+        cap = dc.get("final_logit_softcapping", cfg.get("final_logit_softcapping"))
+        assert kv[f"{arch}.final_logit_softcapping"][0] == pytest.approx(cap)
+    expected = 11 * n + 3 + (4 * n + 3 if drafter == "qwen3-dflash2" else 0)
+    assert len(names) == expected
+    # norms and 1-D tensors are F32; the rest keep the source BF16 under --outtype auto
+    for name, (typ, _) in tensors(out).items():
+        f32 = name.endswith("norm.weight") or not name.endswith(".weight")
+        assert typ == ("F32" if f32 else "BF16"), name
+
+
+def test_nested_theta_1e7_lands_exactly(cli, tmp_path):
+    code, out, _, se = do_convert(cli, tmp_path, "qwen3-nested", "lucebox")
+    assert code == 0, se
+    assert kvs(out)["qwen35-dflash-draft.rope.freq_base"][0] == 1e7
+
+
+def test_dflash2_mainline_keys_and_tensor_names(cli, tmp_path):
+    code, out, _, se = do_convert(cli, tmp_path, "qwen3-dflash2", "llama.cpp")
+    assert code == 0, se
+    kv = kvs(out)
+    assert kv["dflash.conv_kernel_size"][0] == 2 and kv["dflash.selector_top_k"][0] == 4
+    assert kv["dflash.attention.causal"] == (False, ["BOOL"])
+    assert kv["dflash.logit_scale"][0] == 0.5
+    t = GGUFReader(out)
+    shapes = {x.name: [int(d) for d in x.shape] for x in t.tensors}
+    assert shapes["blk.0.attn_conv_base"] == [64, 2, 2]  # ne = reversed torch [2, k, H]; no .weight, F32
+    assert shapes["selector_predecessor.weight"] == [32, 512]
+
+
+@pytest.mark.parametrize("name,code,needle", [
+    ("no-theta", 3, "no RoPE theta"),
+    ("nan-theta", 3, "rope_theta"),
+    ("no-mask", 3, "mask_token_id"),
+    ("truncated", 4, "truncated"),
+    ("fc-width", 4, "fc.weight has shape [32, 96]"),
+    ("taps-beyond-target", 3, "num_target_layers=5"),
+])
+def test_broken_fixture_exits_with_its_code_and_no_file(cli, tmp_path, name, code, needle):
+    out = tmp_path / "x.gguf"
+    got, so, se = cli("convert", BROKEN / name, "-o", out, "--format", "lucebox")
+    assert got == code
+    assert needle in se and "Traceback" not in se
+    assert len(se.strip().splitlines()) == 1
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_reruns_are_byte_identical(cli, tmp_path):
+    a = do_convert(cli, tmp_path, "qwen3-flat", "llama.cpp", name="a.gguf")
+    b = do_convert(cli, tmp_path, "qwen3-flat", "llama.cpp", name="b.gguf")
+    assert a[0] == b[0] == 0
+    assert a[1].read_bytes() == b[1].read_bytes()
+
+
+def test_existing_output_is_kept_without_force(cli, tmp_path):
+    out = tmp_path / "out.gguf"
+    out.write_bytes(b"precious")
+    code, _, se = cli("convert", DRAFTERS / "qwen3-flat", "-o", out, "--format", "lucebox")
+    assert code == 5 and "--force" in se and out.read_bytes() == b"precious"
+    code, _, se = cli("convert", DRAFTERS / "qwen3-flat", "-o", out, "--format", "lucebox", "--force")
+    assert code == 0 and out.read_bytes()[:4] == b"GGUF"
+
+
+def test_interrupt_leaves_nothing_and_keeps_existing(tmp_path, monkeypatch):
+    import dflash_gguf.convert as conv
+
+    out = tmp_path / "out.gguf"
+    out.write_bytes(b"old")
+    calls = {"n": 0}
+    real = conv.encode
+
+    def flaky(src, qtype):
+        calls["n"] += 1
+        if calls["n"] == 5:
+            raise KeyboardInterrupt
+        return real(src, qtype)
+
+    monkeypatch.setattr(conv, "encode", flaky)
+    with pytest.raises(KeyboardInterrupt):
+        conv.convert(DRAFTERS / "qwen3-flat", out, format="lucebox", force=True)
+    assert out.read_bytes() == b"old"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.gguf"]
+
+
+def test_missing_context_length_fails_for_llama_cpp(cli, tmp_path):
+    import shutil
+
+    d = tmp_path / "d"
+    shutil.copytree(DRAFTERS / "qwen3-flat", d)
+    cfg = json.loads((d / "config.json").read_text())
+    del cfg["max_position_embeddings"]
+    (d / "config.json").write_text(json.dumps(cfg))
+    code, _, se = cli("convert", d, "-o", tmp_path / "x.gguf", "--target-dir", QWEN_DIR)
+    assert code == 3 and "max_position_embeddings" in se and not (tmp_path / "x.gguf").exists()
+    assert cli("convert", d, "-o", tmp_path / "x.gguf", "--format", "lucebox")[0] == 0
+
+
+def test_missing_tokenizer_names_both_options(cli, tmp_path):
+    code, _, se = cli("convert", DRAFTERS / "qwen3-flat", "-o", tmp_path / "x.gguf")
+    assert code == 7 and "--target-gguf" in se and "--target-dir" in se
+
+
+def test_dry_run_json_plan_writes_nothing(cli, tmp_path):
+    code, so, se = cli("convert", DRAFTERS / "qwen3-nested", "--format", "dflash-draft", "--target-dir", QWEN_DIR,
+                       "--dry-run", "--json")
+    assert code == 0, se
+    plan = json.loads(so)
+    assert plan["architecture"] == "dflash-draft"
+    assert plan["target_layers"] == {"zlab_output_of_layer": [1, 2, 3, 4], "stored": [1, 2, 3, 4]}
+    keys = {k["key"]: k for k in plan["kv"]}
+    assert keys["dflash-draft.rope.freq_base"]["value"] == 1e7
+    assert keys["dflash-draft.attention.sliding_window_pattern"]["type"] == "ARRAY[BOOL]"
+    t = {x["source"]: x for x in plan["tensors"]}
+    assert t["fc.weight"]["name"] == "dflash_fc.weight" and t["fc.weight"]["ne"] == [256, 64]
+    assert plan["config_sources"]["rope_theta"] == "rope_parameters.rope_theta"
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("outtype,expect", [("f32", "F32"), ("f16", "F16"), ("bf16", "BF16")])
+def test_float_outtypes(cli, tmp_path, outtype, expect):
+    code, out, _, se = do_convert(cli, tmp_path, "qwen3-flat", "lucebox", outtype=outtype)
+    assert code == 0, se
+    from safetensors.torch import load_file
+
+    src = load_file(DRAFTERS / "qwen3-flat" / "model.safetensors")
+    r = GGUFReader(out)
+    for t in r.tensors:
+        want = "F32" if t.name.endswith("norm.weight") else expect
+        assert t.tensor_type.name == want
+    q = next(t for t in r.tensors if t.name == "blk.0.attn_q.weight")
+    ref = src["layers.0.self_attn.q_proj.weight"].float().numpy()
+    if expect == "F32":
+        assert np.array_equal(np.asarray(q.data).reshape(ref.shape), ref)
+    elif expect == "F16":
+        assert np.array_equal(np.asarray(q.data).reshape(ref.shape), ref.astype(np.float16))
+    ft = kvs(out)["general.file_type"][0]
+    assert ft == {"f32": 0, "f16": 1, "bf16": 32}[outtype]
+
+
+FORMAT_NAMES = list(FORMATS)
+
+
+@pytest.mark.parametrize("a", FORMAT_NAMES)
+@pytest.mark.parametrize("b", FORMAT_NAMES)
+def test_retarget_round_trip(cli, tmp_path, a, b):
+    code, src, _, se = do_convert(cli, tmp_path, "qwen3-nested", a, name="a.gguf", with_target=True)
+    assert code == 0, se
+    mid, back = tmp_path / "b.gguf", tmp_path / "a2.gguf"
+    code, _, se = cli("retarget", src, "--format", b, "-o", mid)
+    assert code == 0, se
+    assert kvs(mid)["general.architecture"][0] == FORMATS[b].archs[0]
+    code, _, se = cli("retarget", mid, "--format", a, "-o", back)
+    assert code == 0, se
+    assert kvs(back) == kvs(src)
+    assert tensors(back) == tensors(src)
+
+
+def test_retarget_tokenizerless_lucebox_needs_a_target(cli, tmp_path):
+    code, src, _, se = do_convert(cli, tmp_path, "gemma-style", "lucebox")
+    assert code == 0, se
+    out = tmp_path / "main.gguf"
+    code, _, se = cli("retarget", src, "--format", "llama.cpp", "-o", out)
+    assert code == 2 and "--target-gguf" in se and not out.exists()
+    code, _, se = cli("retarget", src, "--format", "llama.cpp", "-o", out, "--target-gguf", LLAMA_GGUF)
+    assert code == 0, se
+    kv = kvs(out)
+    assert kv["dflash.target_layers"][0] == [1, 2] and kv["tokenizer.ggml.mask_token_id"][0] == 4
+    code, _, se = cli("retarget", src, "--format", "llama.cpp", "-o", tmp_path / "x.gguf",
+                      "--target-gguf", do_convert(cli, tmp_path, "qwen3-flat", "llama.cpp", name="q.gguf")[1])
+    assert code == 7 and "takes the target model's GGUF" in se
+
+
+def test_retarget_fixes_taps_between_conventions(cli, tmp_path):
+    code, src, _, se = do_convert(cli, tmp_path, "qwen3-flat", "dflash-draft")
+    assert code == 0, se
+    out = tmp_path / "main.gguf"
+    assert cli("retarget", src, "--format", "llama.cpp", "-o", out)[0] == 0
+    assert kvs(out)["dflash.target_layers"][0] == [1, 2, 3, 4]
+    assert kvs(src)["dflash-draft.dflash.target_layer_ids"][0] == [0, 1, 2, 3]
+
+
+def test_inspect_shows_both_conventions(cli, tmp_path):
+    code, src, _, _ = do_convert(cli, tmp_path, "qwen3-flat", "llama.cpp")
+    code, so, se = cli("inspect", src, "--json")
+    assert code == 0, se
+    j = json.loads(so)
+    assert j["format"] == "llama.cpp"
+    assert j["target_layers"] == {"zlab_output_of_layer": [0, 1, 2, 3], "llamacpp_input_of_layer": [1, 2, 3, 4],
+                                  "stored": [1, 2, 3, 4]}
+
+
+def test_peak_memory_tracks_largest_tensor(tmp_path):
+    """Convert a generated drafter of ~200 MB in a subprocess; peak RSS must stay far below it."""
+    script = r'''
+import json, resource, sys
+from pathlib import Path
+import numpy as np
+from safetensors.numpy import save_file
+d = Path(sys.argv[1]); H, I, L = 1024, 4096, 3
+rng = np.random.default_rng(0)
+def m(*s): return (rng.standard_normal(s, dtype=np.float32) * 0.02)
+t = {"fc.weight": m(H, 4 * H), "hidden_norm.weight": np.ones(H, np.float32), "norm.weight": np.ones(H, np.float32)}
+for i in range(L):
+    p = f"layers.{i}."
+    t.update({p+"input_layernorm.weight": np.ones(H, np.float32), p+"post_attention_layernorm.weight": np.ones(H, np.float32),
+              p+"self_attn.q_proj.weight": m(H, H), p+"self_attn.k_proj.weight": m(256, H), p+"self_attn.v_proj.weight": m(256, H),
+              p+"self_attn.o_proj.weight": m(H, H), p+"self_attn.q_norm.weight": np.ones(64, np.float32),
+              p+"self_attn.k_norm.weight": np.ones(64, np.float32), p+"mlp.gate_proj.weight": m(I, H),
+              p+"mlp.up_proj.weight": m(I, H), p+"mlp.down_proj.weight": m(H, I)})
+save_file(t, d / "model.safetensors"); del t
+cfg = {"architectures": ["DFlashDraftModel"], "hidden_size": H, "intermediate_size": I, "num_hidden_layers": L,
+       "num_attention_heads": 16, "num_key_value_heads": 4, "head_dim": 64, "rms_norm_eps": 1e-6, "vocab_size": 1000,
+       "rope_theta": 1e6, "block_size": 16, "num_target_layers": 8,
+       "dflash_config": {"mask_token_id": 5, "target_layer_ids": [1, 2, 3, 4]}}
+(d / "config.json").write_text(json.dumps(cfg))
+'''
+    subprocess.run([sys.executable, "-c", script, str(tmp_path)], check=True)
+    total = (tmp_path / "model.safetensors").stat().st_size
+    largest = 4096 * 1024 * 4
+    measure = r'''
+import sys
+from dflash_gguf.convert import convert
+def hwm():  # VmHWM: ru_maxrss would include the parent's peak (inherited across exec)
+    return int(next(l for l in open("/proc/self/status") if l.startswith("VmHWM")).split()[1])
+before = hwm()
+convert(sys.argv[1], sys.argv[2], format="lucebox", outtype="f32")
+print(before, hwm())
+'''
+    r = subprocess.run([sys.executable, "-c", measure, str(tmp_path), str(tmp_path / "o.gguf")],
+                       check=True, capture_output=True, text=True)
+    before_kb, after_kb = map(int, r.stdout.split())
+    grown = (after_kb - before_kb) * 1024
+    assert total > 180e6
+    assert grown < 3 * largest + 20e6, (grown, largest, total)
+    assert (tmp_path / "o.gguf").stat().st_size > total * 0.99
+
+
+def test_hostile_key_types_are_a_clean_error(cli, tmp_path):
+    """target_layers stored as strings: inspect and retarget say so in one line (exit 6)."""
+    from gguf import GGUFWriter
+
+    code, src, _, _ = do_convert(cli, tmp_path, "qwen3-flat", "llama.cpp")
+    bad = tmp_path / "bad.gguf"
+    rewrite_gguf(src, bad, drop=("dflash.target_layers",))
+    with_strings = tmp_path / "bad2.gguf"
+    w_src = GGUFReader(bad)
+
+    w = GGUFWriter(with_strings, "dflash")
+    for k, f in w_src.fields.items():
+        if not k.startswith("GGUF.") and k != "general.architecture":
+            w.add_key_value(k, f.contents(), f.types[0], sub_type=f.types[1] if len(f.types) > 1 else None)
+    w.add_array("dflash.target_layers", ["a", "b"])
+    for t in w_src.tensors:
+        w.add_tensor(t.name, np.array(t.data), raw_dtype=t.tensor_type)
+    w.write_header_to_file(); w.write_kv_data_to_file(); w.write_tensors_to_file(); w.close()
+    bad = with_strings
+    code, _, se = cli("retarget", bad, "--format", "dflash-draft", "-o", tmp_path / "o.gguf")
+    assert code == 6 and "unexpected types" in se and "Traceback" not in se
+
+
+def _variant(tmp_path, cfg_update=None, extra_tensors=None):
+    """A copy of qwen3-flat with config changes and extra tensors (written with safetensors)."""
+    import shutil
+
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    d = tmp_path / "variant"
+    shutil.copytree(DRAFTERS / "qwen3-flat", d)
+    cfg = json.loads((d / "config.json").read_text())
+    cfg.update(cfg_update or {})
+    (d / "config.json").write_text(json.dumps(cfg))
+    if extra_tensors:
+        t = load_file(d / "model.safetensors")
+        t.update({k: torch.as_tensor(v) for k, v in extra_tensors.items()})
+        save_file(t, d / "model.safetensors")
+    return d
+
+
+def test_yarn_scaling_lands_in_the_keys_the_runtime_reads(cli, tmp_path):
+    d = _variant(tmp_path, {"rope_scaling": {"rope_type": "yarn", "factor": 64.0, "beta_fast": 32.0, "beta_slow": 1.0,
+                                              "original_max_position_embeddings": 4096}})
+    out = tmp_path / "y.gguf"
+    assert cli("convert", d, "--format", "lucebox", "-o", out)[0] == 0
+    kv = kvs(out)
+    a = "qwen35-dflash-draft"
+    assert kv[f"{a}.rope.scaling.type"] == ("yarn", ["STRING"])
+    assert kv[f"{a}.rope.scaling.factor"] == (64.0, ["FLOAT32"])
+    assert kv[f"{a}.rope.scaling.original_context_length"] == (4096, ["UINT32"])
+    assert kv[f"{a}.rope.scaling.yarn_beta_fast"][0] == 32.0 and kv[f"{a}.rope.scaling.yarn_beta_slow"][0] == 1.0
+
+
+def test_llama3_scaling_writes_rope_freqs(cli, tmp_path):
+    d = _variant(tmp_path, {"rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                                              "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}})
+    out = tmp_path / "l3.gguf"
+    assert cli("convert", d, "--format", "lucebox", "-o", out)[0] == 0
+    t = {x.name: x for x in GGUFReader(out).tensors}
+    f = np.array(t["rope_freqs.weight"].data)
+    assert f.shape == (8,) and f[0] == 1.0 and f[-1] == 8.0  # high frequencies unscaled, low ones ×factor
+
+
+def test_extra_tensors_follow_explicit_rules(cli, tmp_path):
+    d = _variant(tmp_path, extra_tensors={"embed_tokens.weight": np.zeros((512, 64), np.float32),
+                                          "d2t": np.zeros(512, np.int64)})
+    out = tmp_path / "x.gguf"
+    code, so, se = cli("convert", d, "--target-dir", QWEN_DIR, "-o", out)
+    assert code == 0, se
+    assert "token_embd.weight" in tensors(out) and "d2t" not in tensors(out)
+    assert "dropped d2t" in se
+    code, _, se = cli("convert", d, "--format", "lucebox", "-o", tmp_path / "l.gguf")
+    assert code == 0 and "dropped embed_tokens.weight" in se and "token_embd.weight" not in tensors(tmp_path / "l.gguf")
+    d2 = tmp_path / "v2"
+    d.rename(d2)
+    d3 = _variant(tmp_path, extra_tensors={"layers.0.mystery.weight": np.zeros((4, 4), np.float32)})
+    code, _, se = cli("convert", d3, "--format", "lucebox", "-o", tmp_path / "m.gguf")
+    assert code == 4 and "layers.0.mystery.weight" in se and "refusing to guess" in se

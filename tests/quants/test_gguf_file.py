@@ -1,0 +1,236 @@
+"""quantize (GGUF → GGUF) and convert --outtype q8_0/q4_k_m, end to end on real files."""
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from gguf import GGUFReader, GGUFWriter
+
+from dflash_gguf.formats import FORMATS
+
+from tests.conftest import DRAFTERS, TARGETS, rewrite_gguf
+
+QWEN_DIR = TARGETS / "qwen3-tiny"
+FC = {"llama.cpp": "fc.weight", "llama.cpp-pr22105": "fc.weight", "dflash-draft": "dflash_fc.weight",
+      "lucebox": "dflash.fc.weight"}
+HN = {"llama.cpp": "enc.output_norm.weight", "llama.cpp-pr22105": "hidden_norm.weight",
+      "dflash-draft": "dflash_hidden_norm.weight", "lucebox": "dflash.hidden_norm.weight"}
+
+
+def convert(cli, tmp_path, drafter, fmt, outtype="auto", name="in.gguf"):
+    out = tmp_path / name
+    code, _, se = cli("convert", DRAFTERS / drafter, "--target-dir", QWEN_DIR, "--format", fmt,
+                      "--outtype", outtype, "-o", out)
+    assert code == 0, se
+    return out
+
+
+def types(path):
+    return {t.name: t.tensor_type.name for t in GGUFReader(path).tensors}
+
+
+@pytest.mark.parametrize("fmt", list(FORMATS))
+@pytest.mark.parametrize("ftype", ["q8_0", "Q4_K_M"])
+def test_quantize_every_format_keeps_fc_and_hidden_norm(cli, tmp_path, fmt, ftype):
+    src = convert(cli, tmp_path, "qwen3-flat", fmt)
+    out = tmp_path / "q.gguf"
+    code, so, se = cli("quantize", src, out, ftype)
+    assert code == 0, se
+    t = types(out)
+    assert len(t) == len(types(src)) == 25
+    assert t[HN[fmt]] == "F32"
+    # fc: ne0 = 4 taps x 64 = 256 -> Q4_K under Q4_K_M, Q8_0 under Q8_0
+    assert t[FC[fmt]] == ("Q8_0" if ftype == "q8_0" else "Q4_K")
+    if ftype == "Q4_K_M":
+        # 2 layers: use_more_bits(i, 2) is true for i = 1 only; ffn_down ne0 = 256 -> Q6_K
+        assert t["blk.1.ffn_down.weight"] == "Q6_K" and t["blk.0.ffn_down.weight"] == "Q4_K"
+        assert t["blk.0.attn_q.weight"] == "Q5_0"  # ne0 = 64: Q4_K falls back to Q5_0
+        assert t["blk.1.attn_v.weight"] == "Q8_0"  # Q6_K falls back to Q8_0
+    kv = {k: f.contents() for k, f in GGUFReader(out).fields.items()}
+    assert kv["general.file_type"] == (7 if ftype == "q8_0" else 15)
+    assert kv["general.quantization_version"] == 2
+    keys = [k for k in kv if not k.startswith("GGUF.")]
+    assert keys[-2:] == ["general.quantization_version", "general.file_type"]
+    # every KV of the input survives
+    src_kv = {k: f.contents() for k, f in GGUFReader(src).fields.items() if not k.startswith("GGUF.")}
+    assert {k: v for k, v in kv.items() if k in src_kv and k != "general.file_type"} == \
+           {k: v for k, v in src_kv.items() if k != "general.file_type"}
+
+
+def test_quantized_values_are_ggml_blocks_of_the_source(cli, tmp_path):
+    from dflash_gguf.quants import quantize
+    from safetensors.torch import load_file
+
+    src = convert(cli, tmp_path, "qwen3-flat", "llama.cpp")
+    out = tmp_path / "q.gguf"
+    assert cli("quantize", src, out, "q4_k_m")[0] == 0
+    w = load_file(DRAFTERS / "qwen3-flat" / "model.safetensors")
+    r = {t.name: t for t in GGUFReader(out).tensors}
+    for gguf_name, src_name, qt in [("fc.weight", "fc.weight", "q4_K"),
+                                    ("blk.1.ffn_down.weight", "layers.1.mlp.down_proj.weight", "q6_K"),
+                                    ("blk.0.attn_q.weight", "layers.0.self_attn.q_proj.weight", "q5_0")]:
+        ref = quantize(w[src_name].float().numpy(), qt)
+        assert bytes(r[gguf_name].data.tobytes()) == ref.tobytes(), gguf_name
+
+
+@pytest.mark.parametrize("drafter", ["qwen3-flat", "qwen3-nested", "qwen3-dflash2"])
+@pytest.mark.parametrize("ftype", ["q8_0", "q4_k_m"])
+def test_convert_outtype_equals_convert_then_quantize(cli, tmp_path, drafter, ftype):
+    bf16 = convert(cli, tmp_path, drafter, "llama.cpp", name="a.gguf")
+    two = tmp_path / "two.gguf"
+    assert cli("quantize", bf16, two, ftype)[0] == 0
+    one = convert(cli, tmp_path, drafter, "llama.cpp", outtype=ftype, name="one.gguf")
+    assert one.read_bytes() == two.read_bytes()
+
+
+def test_rerun_is_byte_identical(cli, tmp_path):
+    src = convert(cli, tmp_path, "qwen3-nested", "dflash-draft")
+    a, b = tmp_path / "a.gguf", tmp_path / "b.gguf"
+    assert cli("quantize", src, a, "q4_k_m")[0] == 0
+    assert cli("quantize", src, b, "q4_k_m")[0] == 0
+    assert a.read_bytes() == b.read_bytes()
+
+
+def test_requantize_refused_unless_allowed(cli, tmp_path):
+    src = convert(cli, tmp_path, "qwen3-flat", "lucebox", outtype="q8_0")
+    code, _, se = cli("quantize", src, tmp_path / "x.gguf", "q4_k_m")
+    assert code == 8 and "already Q8_0" in se and "--allow-requantize" in se
+    assert not (tmp_path / "x.gguf").exists()
+    code, _, se = cli("quantize", src, tmp_path / "x.gguf", "q4_k_m", "--allow-requantize")
+    assert code == 0, se
+
+
+def test_unknown_type_and_nan_refused(cli, tmp_path):
+    src = convert(cli, tmp_path, "qwen3-flat", "lucebox", outtype="f32")
+    code, _, se = cli("quantize", src, tmp_path / "x.gguf", "q5_k_m")
+    assert code == 8 and "Q4_K_M" in se
+    # plant a NaN in one F32 weight
+
+    def plant_nan(a):
+        a = a.copy()
+        a.reshape(-1)[7] = np.nan
+        return a
+
+    bad = rewrite_gguf(src, tmp_path / "nan.gguf", data={"blk.0.ffn_up.weight": plant_nan})
+    code, _, se = cli("quantize", bad, tmp_path / "y.gguf", "q8_0")
+    assert code == 8 and "blk.0.ffn_up.weight" in se and "Traceback" not in se
+    assert not (tmp_path / "y.gguf").exists()
+
+
+def test_dry_run_json(cli, tmp_path):
+    src = convert(cli, tmp_path, "qwen3-flat", "llama.cpp")
+    code, so, se = cli("quantize", src, tmp_path / "n.gguf", "q4_k_m", "--dry-run", "--json")
+    assert code == 0, se
+    plan = json.loads(so)
+    names = [t["name"] for t in plan["tensors"]]
+    # llama-quantize's processing order: non-blk names first (bytewise), then by layer
+    assert names[:3] == ["enc.output_norm.weight", "fc.weight", "output_norm.weight"]
+    assert names[3].startswith("blk.0.") and names[-1].startswith("blk.1.")
+    fc = next(t for t in plan["tensors"] if t["name"] == "fc.weight")
+    assert fc["from"] == "BF16" and fc["to"] == "Q4_K"
+    assert not (tmp_path / "n.gguf").exists()
+
+
+# --- real llama-quantize (llama-cpp-python 0.3.36) --------------------------------------------
+LQ = r'''
+import sys, llama_cpp
+p = llama_cpp.llama_model_quantize_default_params()
+p.ftype = int(sys.argv[3]); p.nthread = 2
+sys.exit(llama_cpp.llama_model_quantize(sys.argv[1].encode(), sys.argv[2].encode(), p))
+'''
+
+
+def make_wide_drafter(tmp_path):
+    """A drafter whose rows are multiples of 256, so Q4_K/Q6_K are used without fallbacks."""
+    from safetensors.numpy import save_file
+
+    H, I, L, hd = 256, 512, 4, 64
+    rng = np.random.default_rng(7)
+    m = lambda *s: (rng.standard_normal(s, dtype=np.float32) * 0.02)  # noqa: E731
+    one = lambda n: (1 + 0.05 * rng.standard_normal(n, dtype=np.float32))  # noqa: E731
+    t = {"fc.weight": m(H, 2 * H), "hidden_norm.weight": one(H), "norm.weight": one(H)}
+    for i in range(L):
+        p = f"layers.{i}."
+        t.update({p + "input_layernorm.weight": one(H), p + "post_attention_layernorm.weight": one(H),
+                  p + "self_attn.q_proj.weight": m(4 * hd, H), p + "self_attn.k_proj.weight": m(2 * hd, H),
+                  p + "self_attn.v_proj.weight": m(2 * hd, H), p + "self_attn.o_proj.weight": m(H, 4 * hd),
+                  p + "self_attn.q_norm.weight": one(hd), p + "self_attn.k_norm.weight": one(hd),
+                  p + "mlp.gate_proj.weight": m(I, H), p + "mlp.up_proj.weight": m(I, H),
+                  p + "mlp.down_proj.weight": m(H, I)})
+    d = tmp_path / "wide"
+    d.mkdir()
+    save_file(t, d / "model.safetensors")
+    cfg = {"architectures": ["DFlashDraftModel"], "model_type": "qwen3", "hidden_size": H, "intermediate_size": I,
+           "num_hidden_layers": L, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": hd,
+           "rms_norm_eps": 1e-6, "rope_theta": 1e6, "vocab_size": 512, "block_size": 16, "num_target_layers": 5,
+           "max_position_embeddings": 2048,
+           "dflash_config": {"mask_token_id": 500, "target_layer_ids": [1, 3]}}
+    (d / "config.json").write_text(json.dumps(cfg))
+    return d
+
+
+def wide_target(tmp_path, hidden):
+    """A target GGUF with the fixture vocab but a wider hidden size (tokenizer keys copied from
+    llama-tiny.gguf): what a hidden-256 drafter needs for its mainline tokenizer."""
+    r = GGUFReader(TARGETS / "llama-tiny.gguf")
+    out = tmp_path / "wide-target.gguf"
+    w = GGUFWriter(out, "llama")
+    for k, f in r.fields.items():
+        if k.startswith("GGUF.") or k == "general.architecture":
+            continue
+        value = hidden if k == "llama.embedding_length" else (5 if k == "llama.block_count" else f.contents())
+        w.add_key_value(k, value, f.types[0], sub_type=f.types[1] if len(f.types) > 1 else None)
+    w.add_tensor("output_norm.weight", np.ones(hidden, np.float32))
+    w.write_header_to_file(); w.write_kv_data_to_file(); w.write_tensors_to_file(); w.close()
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("ftype,ftype_id", [("q8_0", 7), ("q4_k_m", 15)])
+def test_whole_file_equals_real_llama_quantize(cli, tmp_path, ftype, ftype_id):
+    pytest.importorskip("llama_cpp")
+    d = make_wide_drafter(tmp_path)
+    src = tmp_path / "f32.gguf"
+    code, _, se = cli("convert", d, "--outtype", "f32", "-o", src, "--target-gguf", wide_target(tmp_path, 256))
+    assert code == 0, se
+    ours, ref = tmp_path / "ours.gguf", tmp_path / "ref.gguf"
+    assert cli("quantize", src, ours, ftype)[0] == 0
+    r = subprocess.run([sys.executable, "-c", LQ, str(src), str(ref), str(ftype_id)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-1000:]
+    assert ours.read_bytes() == ref.read_bytes()
+    if ftype == "q4_k_m":
+        t = types(ours)
+        assert t["blk.0.attn_q.weight"] == "Q4_K" and t["blk.3.ffn_down.weight"] == "Q6_K"
+        assert t["blk.1.ffn_down.weight"] == "Q4_K"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("drafter", ["qwen3-flat", "qwen3-dflash2"])
+@pytest.mark.parametrize("ftype,ftype_id", [("q8_0", 7), ("q4_k_m", 15)])
+def test_fixture_equals_real_llama_quantize_and_loads(cli, tmp_path, drafter, ftype, ftype_id):
+    pytest.importorskip("llama_cpp")
+    src = convert(cli, tmp_path, drafter, "llama.cpp")
+    ours, ref = tmp_path / "ours.gguf", tmp_path / "ref.gguf"
+    assert cli("quantize", src, ours, ftype)[0] == 0
+    r = subprocess.run([sys.executable, "-c", LQ, str(src), str(ref), str(ftype_id)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-1000:]
+    assert ours.read_bytes() == ref.read_bytes()
+    from test_llamacpp import load
+
+    assert load(ours) == "LOADED"
+
+
+def test_custom_alignment_is_honoured(cli, tmp_path):
+    """An input with general.alignment keeps it, and the data really is aligned to it."""
+    from dflash_gguf.fileio.gguf_header import read_header
+
+    src = convert(cli, tmp_path, "qwen3-flat", "lucebox", outtype="f32")
+    aligned = rewrite_gguf(src, tmp_path / "a64.gguf", alignment=64)
+    out = tmp_path / "q.gguf"
+    code, _, se = cli("quantize", aligned, out, "q8_0")
+    assert code == 0, se
+    h = read_header(out)
+    assert h.alignment == 64 and h.data_offset % 64 == 0
+    assert all((t.offset_abs - h.data_offset) % 64 == 0 for t in h.tensors)
+    assert cli("check", out)[0] == 0

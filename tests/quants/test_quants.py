@@ -1,0 +1,381 @@
+"""dflash_gguf.quants against ggml's own bytes (shared/golden/ggml_quant_golden.npz).
+
+The golden file holds, per case, the input rows and what ggml's C reference
+(ggml_quantize_chunk, no imatrix, x86-64 without FMA) made of them, plus ggml's
+dequantization of those bytes. A quantizer is correct when every case is byte-equal.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
+
+import dflash_gguf
+from dflash_gguf.errors import QuantizationError
+from dflash_gguf.quants import (
+    QUANTIZE_TYPES,
+    block_size,
+    dequantize,
+    quantize,
+    resolve_qtype,
+    row_nbytes,
+    type_size,
+)
+from dflash_gguf.quants import _numba
+from dflash_gguf.quants.base import seq_sum
+
+GOLDEN = Path(__file__).resolve().parents[2].parent / "shared" / "golden" / "ggml_quant_golden.npz"
+TYPES = ["q8_0", "q4_0", "q5_0", "q4_1", "q5_1", "q4_K", "q5_K", "q6_K", "bf16", "f16"]
+CASES = ["normal_w", "normal_bf16", "uniform", "heavy_t2", "outliers", "positive", "negative", "norm_like", "edge"]
+# Types with a compiled kernel in quants/_numba.py; the others run the numpy path on both backends.
+NUMBA_KERNELS = {"q8_0": "q8_0", "q4_K": "q4_k", "q5_K": "q5_k", "q6_K": "q6_k"}
+
+
+def with_backends(types) -> list:
+    """(qtype, backend) params: every type on numpy, the types with a kernel on numba too."""
+    return [
+        pytest.param(t, b, id=f"{t}-{b}")
+        for b in ("numpy", "numba")
+        for t in types
+        if b == "numpy" or t in NUMBA_KERNELS
+    ]
+
+
+@pytest.fixture
+def backend(request):
+    """Run the test on the numpy path or the numba kernels (indirect param), then restore."""
+    use_numba = request.param == "numba"
+    if use_numba and not _numba.AVAILABLE:
+        pytest.skip("numba is not installed")
+    prev = _numba.set_enabled(use_numba)
+    yield request.param
+    _numba.set_enabled(prev)
+
+
+@pytest.fixture(scope="module")
+def golden():
+    if not GOLDEN.is_file():
+        pytest.skip(f"golden file {GOLDEN} not found (it lives in the shared/ checkout next to the repo)")
+    with np.load(GOLDEN) as z:
+        return {k: z[k] for k in z.files}
+
+
+def describe_mismatch(x: np.ndarray, got: np.ndarray, want: np.ndarray, qtype: str) -> str:
+    """gguf-py's compare_tensors idea: how many blocks differ, and the first and worst of them
+    shown with their input values, so a failure points at the rounding that broke."""
+    t = resolve_qtype(qtype)
+    bs, ts = GGML_QUANT_SIZES[t]
+    g = got.reshape(-1, ts)
+    w = want.reshape(-1, ts)
+    diff = g != w
+    bad = np.flatnonzero(diff.any(axis=1))
+    if bad.size == 0:
+        return "no difference"
+    bits = np.unpackbits((g ^ w).view(np.uint8), axis=1).sum(axis=1)
+    worst = int(bad[np.argmax(bits[bad])])
+    blocks_per_row = x.shape[-1] // bs
+    xb = x.reshape(-1, bs)
+    lines = [f"{qtype}: {bad.size}/{g.shape[0]} blocks differ ({bits.sum()} bits)"]
+    for label, b in (("first", int(bad[0])), ("worst", worst)):
+        row, blk = divmod(b, blocks_per_row)
+        cols = np.flatnonzero(diff[b])
+        lines.append(
+            f"  {label} block {b} (row {row}, block {blk}): differing bytes at {cols[:12].tolist()}\n"
+            f"    want {w[b, cols[:12]].tolist()}\n    got  {g[b, cols[:12]].tolist()}\n"
+            f"    input[:16] {np.array2string(xb[b, :16], precision=9)}"
+        )
+    return "\n".join(lines)
+
+
+@pytest.mark.parametrize("qtype,backend", with_backends(TYPES), indirect=["backend"])
+@pytest.mark.parametrize("case", CASES)
+def test_golden_bytes(golden, case, qtype, backend):
+    x = golden[f"{case}/input"]
+    want = golden[f"{case}/{qtype}/bytes"]
+    got = quantize(x, qtype)
+    assert got.shape == (x.shape[0], row_nbytes(qtype, x.shape[1]))
+    assert np.array_equal(got.reshape(-1), want), describe_mismatch(x, got, want, qtype)
+
+
+@pytest.mark.parametrize("qtype", TYPES)
+@pytest.mark.parametrize("case", CASES)
+def test_golden_dequantize(golden, case, qtype):
+    x = golden[f"{case}/input"]
+    want = golden[f"{case}/{qtype}/dequant"]
+    got = dequantize(golden[f"{case}/{qtype}/bytes"], qtype, x.shape)
+    assert got.dtype == np.float32 and got.shape == x.shape
+    # bitwise, so -0.0 vs 0.0 and every last-ulp difference count
+    neq = got.view(np.uint32) != want.view(np.uint32)
+    assert not neq.any(), f"{qtype}/{case}: {neq.sum()} values differ, first at {np.argwhere(neq)[0].tolist()}"
+
+
+def test_golden_file_covers_what_we_claim(golden):
+    cases = {k.split("/")[0] for k in golden}
+    assert cases == set(CASES)
+    assert {resolve_qtype(t) for t in TYPES} <= QUANTIZE_TYPES
+
+
+@pytest.mark.parametrize("qtype,backend", with_backends(["q8_0", "q4_K", "q6_K"]), indirect=["backend"])
+def test_threads_and_chunking_do_not_change_bytes(golden, qtype, backend):
+    # Several chunks per thread, a non-contiguous view and float64 input: same bytes.
+    x = np.concatenate([golden[f"{c}/input"] for c in CASES])  # 52 x 1024
+    want = quantize(x, qtype, threads=1)
+    from dflash_gguf.quants.base import registered
+
+    cls = registered()[resolve_qtype(qtype)]
+    old = cls.chunk_values
+    try:
+        cls.chunk_values = 2048
+        assert np.array_equal(quantize(x, qtype, threads=2), want)
+        wide = np.zeros((x.shape[0], 2 * x.shape[1]), np.float32)
+        wide[:, ::2] = x
+        assert np.array_equal(quantize(wide[:, ::2], qtype, threads=2), want)  # strided view
+        assert np.array_equal(quantize(x.astype(np.float64), qtype), want)
+        ro = x.copy()
+        ro.flags.writeable = False  # as a memmap'd checkpoint arrives
+        assert np.array_equal(quantize(ro, qtype, threads=2), want)
+    finally:
+        cls.chunk_values = old
+
+
+def test_matches_gguf_py_where_it_is_exact():
+    # gguf-py 0.19's Q8_0 is byte-exact with ggml; ours must agree on fresh data too.
+    import gguf
+
+    rng = np.random.default_rng(7)
+    x = (rng.standard_normal((64, 512)) * rng.uniform(1e-3, 10, (64, 1))).astype(np.float32)
+    assert np.array_equal(quantize(x, "q8_0"), gguf.quantize(x, GGMLQuantizationType.Q8_0))
+
+
+@pytest.mark.skipif(not _numba.AVAILABLE, reason="numba is not installed")
+@pytest.mark.parametrize("qtype", sorted(NUMBA_KERNELS))
+def test_backends_agree_on_fresh_data(qtype):
+    # Two independent implementations (vectorised numpy, the compiled mirror of the C) on 2^20 new
+    # values each run: rows of very different scales, bf16-representable rows, zero and
+    # constant sub-blocks, positive-only rows.
+    rng = np.random.default_rng()
+    x = (rng.standard_normal((256, 4096)) * np.exp(rng.uniform(-25, 8, (256, 1)))).astype(np.float32)
+    x[::5] = (x[::5].view(np.uint32) & 0xFFFF0000).view(np.float32)
+    x[1::7, 64:96] = 0
+    x[2::7, :256] = 0.25
+    x[3::7] = np.abs(x[3::7])
+    prev = _numba.set_enabled(False)
+    try:
+        want = quantize(x, qtype)
+        _numba.set_enabled(True)
+        got = quantize(x, qtype)
+    finally:
+        _numba.set_enabled(prev)
+    assert np.array_equal(got, want), describe_mismatch(x, got, want, qtype)
+
+
+@pytest.mark.parametrize("qtype", sorted(NUMBA_KERNELS))
+def test_backend_switch_picks_the_kernel(monkeypatch, qtype):
+    # Guards the two-backend tests above: each must run the implementation it names.
+    calls = []
+    name = NUMBA_KERNELS[qtype]
+    real = getattr(_numba, name, None)
+
+    def spy(blocks):
+        calls.append(blocks.shape)
+        return real(blocks)
+
+    monkeypatch.setattr(_numba, name, spy, raising=False)
+    x = np.linspace(-1, 1, 2 * 512, dtype=np.float32).reshape(2, 512)
+    x.flags.writeable = False
+    prev = _numba.set_enabled(False)
+    try:
+        want = quantize(x, qtype)
+        assert calls == []
+        if not _numba.AVAILABLE:
+            with pytest.raises(RuntimeError, match="numba is not installed"):
+                _numba.set_enabled(True)
+            return
+        _numba.set_enabled(True)
+        assert np.array_equal(quantize(x, qtype), want)
+        assert calls and sum(c[0] for c in calls) == x.size // block_size(qtype)
+        assert len(real.signatures) == 1  # read-only input reuses the one compiled specialisation
+    finally:
+        _numba.set_enabled(prev)
+
+
+@pytest.mark.parametrize(
+    "value,want", [(None, True), ("1", True), ("", True), ("0", False), (" off ", False), ("False", False), ("no", False)]
+)
+def test_numba_env_switch(value, want):
+    assert _numba._wanted(value) is want
+
+
+@pytest.mark.skipif(not _numba.AVAILABLE, reason="numba is not installed")
+def test_numba_fp16_conversion_matches_numpy():
+    # ggml_compute_fp32_to_fp16 / fp16_to_fp32 as compiled: against NumPy's casts (identical to
+    # ggml's for every non-NaN input) on a stride through all 2^32 float32 bit patterns plus
+    # every pattern around the fp16 rounding/subnormal/overflow boundaries.
+    strided = np.arange(0, 1 << 32, 4093, dtype=np.uint64)
+    edges = np.array([0x33000000, 0x33800000, 0x38800000, 0x387FE000, 0x477FE000, 0x477FF000, 0x7F800000], np.uint64)
+    near = (edges[:, None] + np.arange(-4096, 4096, dtype=np.int64)[None, :].astype(np.uint64)).reshape(-1)
+    u = np.concatenate([strided, near, near | np.uint64(0x80000000)]).astype(np.uint32)
+    f = u.view(np.float32)
+    f = f[~np.isnan(f)]
+    bits, back = _numba.fp16_convert(f)
+    with np.errstate(over="ignore"):  # the overflow to inf is part of what is checked
+        want = f.astype(np.float16)
+    assert np.array_equal(bits, want.view(np.uint16).astype(np.int64))
+    assert np.array_equal(back.view(np.uint32), want.astype(np.float32).view(np.uint32))
+    halves = np.arange(1 << 16, dtype=np.uint16).view(np.float16)
+    halves = halves[~np.isnan(halves)].astype(np.float32)
+    assert np.array_equal(_numba.fp16_convert(halves)[1].view(np.uint32), halves.view(np.uint32))
+
+
+@pytest.mark.skipif(not _numba.AVAILABLE, reason="numba is not installed")
+@pytest.mark.parametrize("kernel", sorted(NUMBA_KERNELS.values()))
+def test_numba_kernels_compile_to_plain_float32(kernel):
+    # What makes the kernels bit-exact besides their source: no float64 anywhere (a Python float
+    # or float32*int slipping in), no fast-math flags, no fused multiply-add in the machine code.
+    # A cached kernel cannot be inspected, so compile the same source afresh with the same options.
+    import re
+
+    import numba
+
+    bs = 32 if kernel == "q8_0" else 256
+    fresh = numba.njit(**{**_numba.JIT_OPTIONS, "cache": False})(getattr(_numba, kernel).py_func)
+    fresh(np.zeros((1, bs), np.float32))
+    sig = fresh.signatures[0]
+    ir, asm = fresh.inspect_llvm(sig), fresh.inspect_asm(sig)
+    assert "_qkx2_lanes" in ir or kernel in ("q8_0", "q6_k")  # the callees are in the module
+    assert not re.findall(r"\bdouble\b", ir)
+    assert not re.findall(r"\b(contract|reassoc|arcp|afn|fast)\b", ir)
+    assert "llvm.fma" not in ir and "fmuladd" not in ir
+    assert not re.findall(r"\bv?fn?m(add|sub)\d", asm)
+
+
+# --- errors -----------------------------------------------------------------------------------
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+@pytest.mark.parametrize("qtype", ["q8_0", "q4_K", "f16"])
+def test_non_finite_is_refused_with_name_and_index(bad, qtype):
+    x = np.ones((4, 512), np.float32)
+    x[2, 300] = bad
+    x[3, 5] = bad  # later in C order: the first one is reported
+    with pytest.raises(QuantizationError) as e:
+        quantize(x, qtype, name="blk.0.attn_q.weight")
+    msg = str(e.value)
+    assert "blk.0.attn_q.weight" in msg and "(2, 300)" in msg and str(float(bad)) in msg
+
+
+def test_non_finite_first_index_across_chunks_and_threads():
+    from dflash_gguf.quants.q8_0 import Q8_0
+
+    x = np.ones((64, 256), np.float32)
+    x[50, 7] = np.nan
+    x[10, 3] = np.inf
+    old = Q8_0.chunk_values
+    try:
+        Q8_0.chunk_values = 256
+        with pytest.raises(QuantizationError, match=r"\(10, 3\)"):
+            quantize(x, "q8_0", name="w", threads=2)
+    finally:
+        Q8_0.chunk_values = old
+
+
+@pytest.mark.parametrize("qtype,ncols", [("q8_0", 48), ("q4_K", 4096 + 32), ("q6_K", 100), ("q5_0", 31)])
+def test_last_dim_not_multiple_of_block(qtype, ncols):
+    with pytest.raises(QuantizationError, match=rf"last dimension {ncols} .* not a multiple of the .* block size {block_size(qtype)}"):
+        quantize(np.zeros((2, ncols), np.float32), qtype, name="fc.weight")
+
+
+def test_unsupported_and_unknown_types():
+    with pytest.raises(QuantizationError, match="IQ2_XS"):
+        quantize(np.zeros((1, 256), np.float32), "iq2_xs")
+    with pytest.raises(QuantizationError, match="file type"):
+        resolve_qtype("Q4_K_M")
+    with pytest.raises(QuantizationError, match="unknown"):
+        resolve_qtype("q3")
+    with pytest.raises(QuantizationError):
+        quantize(np.zeros((1, 32), np.complex64), "q8_0")
+
+
+# --- public API shape contract ----------------------------------------------------------------
+@pytest.mark.parametrize("name", ["q4_K", "Q4_K", "q4_k", " Q6_k ", "q8_0", "Q8_0", "BF16", "bf16", "F16", "f32"])
+def test_case_insensitive_names(name):
+    t = resolve_qtype(name)
+    assert isinstance(t, GGMLQuantizationType) and t.name == name.strip().upper()
+    assert resolve_qtype(t) is t and resolve_qtype(int(t)) is t
+
+
+@pytest.mark.parametrize("qtype", ["q8_0", "q4_0", "q5_0", "q4_K", "q5_K", "q6_K", "bf16", "f16", "f32"])
+def test_roundtrip_shapes(qtype):
+    rng = np.random.default_rng(3)
+    shape = (2, 3, 512)
+    x = (rng.standard_normal(shape) * 0.02).astype(np.float32)
+    q = quantize(x, qtype)
+    assert q.dtype == np.uint8 and q.shape == (2, 3, row_nbytes(qtype, 512)) and q.flags.c_contiguous
+    assert row_nbytes(qtype, 512) == 512 // block_size(qtype) * type_size(qtype)
+    y = dequantize(q, qtype, shape)
+    assert y.dtype == np.float32 and y.shape == shape
+    tol = {"f32": 0, "f16": 1e-4, "bf16": 1e-3, "q8_0": 1e-3, "q6_K": 3e-3}.get(qtype, 2e-2)
+    assert np.max(np.abs(y - x)) <= tol * 5
+    assert np.array_equal(dequantize(q.tobytes(), qtype, shape), y)  # raw bytes accepted too
+    # 1-D and empty tensors
+    assert quantize(x[0, 0], qtype).shape == (row_nbytes(qtype, 512),)
+    assert quantize(np.zeros((0, 512), np.float32), qtype).shape == (0, row_nbytes(qtype, 512))
+
+
+def test_dequantize_size_mismatch():
+    with pytest.raises(QuantizationError, match="cannot hold shape"):
+        dequantize(np.zeros(100, np.uint8), "q8_0", (2, 64))
+
+
+def test_package_level_exports():
+    x = np.linspace(-1, 1, 256, dtype=np.float32)
+    assert np.array_equal(dflash_gguf.quantize(x, "q4_K"), quantize(x, "q4_K"))
+    assert dflash_gguf.dequantize is dequantize
+
+
+def test_seq_sum_is_sequential():
+    # 1 + 2^25 rounds back to 2^25 in float32, so only left-to-right order gives 0 here.
+    a = np.zeros((32, 3), np.float32)
+    a[0] = 1
+    a[1] = 2.0**25
+    a[2] = -(2.0**25)
+    assert seq_sum(a).tolist() == [0.0, 0.0, 0.0]
+    assert seq_sum(a[:, :1]).tolist() == [0.0]  # the single-column path too
+    neg = np.full((16, 2), -0.0, np.float32)
+    assert np.signbit(seq_sum(neg, from_zero=False)).all() and not np.signbit(seq_sum(neg)).any()
+
+
+# --- the live C library, when llama-cpp-python is installed -------------------------------------
+def _ggml_base():
+    llama_cpp = pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed")
+    import ctypes
+    import os
+
+    path = Path(os.path.dirname(llama_cpp.__file__)) / "lib" / "libggml-base.so"
+    if not path.is_file():
+        pytest.skip(f"{path} not found")
+    lib = ctypes.CDLL(str(path))
+    lib.ggml_quantize_chunk.restype = ctypes.c_size_t
+    lib.ggml_quantize_chunk.argtypes = [
+        ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p
+    ]
+    lib.ggml_quantize_init.argtypes = [ctypes.c_int]
+    return lib
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "qtype,backend", with_backends(["q8_0", "q4_0", "q5_0", "q4_K", "q5_K", "q6_K", "bf16", "f16"]), indirect=["backend"]
+)
+def test_live_ggml_on_fresh_data(qtype, backend):
+    lib = _ggml_base()
+    t = resolve_qtype(qtype)
+    rng = np.random.default_rng()
+    x = (rng.standard_normal((96, 1024)) * np.exp(rng.uniform(-8, 3, (96, 1)))).astype(np.float32)
+    x[::7] = (x[::7].view(np.uint32) & 0xFFFF0000).view(np.float32)  # bf16-representable rows
+    x[5, :64] = 0
+    want = np.zeros(x.shape[0] * row_nbytes(t, x.shape[1]), np.uint8)
+    lib.ggml_quantize_init(int(t))
+    lib.ggml_quantize_chunk(int(t), x.ctypes.data, want.ctypes.data, 0, x.shape[0], x.shape[1], None)
+    got = quantize(x, t)
+    assert np.array_equal(got.reshape(-1), want), describe_mismatch(x, got, want, qtype)
