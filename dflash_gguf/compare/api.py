@@ -39,7 +39,8 @@ from gguf import GGMLQuantizationType as Q
 from ..errors import DflashError, GGUFFormatError, OutputError, QuantizationError, UsageError, WeightsError
 from ..formats import Format, meta_from_gguf
 from ..formats.meta import DROPPED_TENSORS, OPTIONAL_TENSORS
-from ..fileio.gguf_reader import GGUFFile, TensorEntry, read_gguf
+from ..fileio.gguf_reader import GGUFFile, read_gguf
+from ..fileio.types import TensorInfo
 from ..convert.plan import ROPE_FREQS
 from ..fileio.safetensors import FLOAT_DTYPES, SourceTensor, read_inventory
 
@@ -313,13 +314,13 @@ class _Files:
 
         return _Side(t.name, shape, qtype, t.nbytes, read)
 
-    def gguf_side(self, f: GGUFFile, e: TensorEntry) -> _Side:
+    def gguf_side(self, f: GGUFFile, e: TensorInfo) -> _Side:
         shape = e.shape or (1,)
         rows = math.prod(shape[:-1]) if len(shape) > 1 else 1
         row_bytes = e.nbytes // max(rows, 1)
 
         def read(r0: int, r1: int) -> np.ndarray:
-            return self.pread(f.path, e.offset + r0 * row_bytes, (r1 - r0) * row_bytes, e.name, GGUFFormatError)
+            return self.pread(f.path, e.offset_abs + r0 * row_bytes, (r1 - r0) * row_bytes, e.name, GGUFFormatError)
 
         return _Side(e.name, shape, e.ggml_type, e.nbytes, read)
 

@@ -44,5 +44,5 @@ def inspect_gguf(path: str | Path) -> GGUFInfo:
         taps_stored=None if meta is None else tuple(fmt.stored_taps(meta)),
         kvs=[kv.to_json() for kv in f.kvs.values()],
         tensors=[{"name": t.name, "ne": list(reversed(t.shape)), "type": t.ggml_type.name, "nbytes": t.nbytes,
-                  "offset": t.offset} for t in f.tensors],
+                  "offset": t.offset_abs} for t in f.tensors],
     )

@@ -15,7 +15,8 @@ from ..config import DrafterConfig
 from ..errors import ConfigError, UsageError, WeightsError
 from ..formats import Format, meta_from_config
 from ..formats.meta import DROPPED_TENSORS, FC, HIDDEN_NORM, OPTIONAL_TENSORS, PRE_FFN_NORM
-from ..fileio.gguf_writer import KV, tensor_nbytes
+from ..fileio.gguf_writer import tensor_nbytes
+from ..fileio.types import KV
 from ..fileio.safetensors import FLOAT_DTYPES, SourceTensor
 
 OUTTYPES = ("auto", "f32", "f16", "bf16", "q8_0", "q4_k_m")

@@ -34,6 +34,7 @@ import numpy as np
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFValueType
 
 from ..errors import GGUFFormatError, OutputError
+from .types import KV, TensorInfo
 
 MAGIC = b"GGUF"
 SUPPORTED_VERSIONS = (2, 3)
@@ -133,6 +134,10 @@ class StringArray(Sequence[str]):
         n = _U64.unpack_from(self._raw, s - 8)[0]
         return self._raw[s:s + n]
 
+    def raw_items(self) -> list[bytes]:
+        """Every item exactly as stored."""
+        return [self.item_bytes(i) for i in range(len(self))]
+
     def _item(self, i: int) -> str:
         return self.item_bytes(i).decode("utf-8", errors="replace")
 
@@ -188,41 +193,6 @@ class StringArray(Sequence[str]):
 
 
 @dataclass(frozen=True)
-class KVField:
-    """One metadata pair. Arrays: ``value`` is a tuple (numbers, bools, nested tuples) or a
-    ``StringArray``; ``item_type`` is the element type. ``offset`` is where the key starts."""
-
-    name: str
-    type: GGUFValueType
-    value: Any
-    offset: int
-    item_type: GGUFValueType | None = None
-
-
-@dataclass(frozen=True)
-class TensorInfo:
-    """One tensor as declared in the header. ``shape_ne`` is ggml order (ne[0] innermost)."""
-
-    name: str
-    shape_ne: tuple[int, ...]
-    ggml_type: GGMLQuantizationType
-    offset_abs: int   # first data byte, from the start of the file
-    nbytes: int
-    info_offset: int  # where this tensor's info record starts in the header
-
-    @property
-    def end(self) -> int:
-        return self.offset_abs + self.nbytes
-
-    @property
-    def n_elements(self) -> int:
-        n = 1
-        for d in self.shape_ne:
-            n *= d
-        return n
-
-
-@dataclass(frozen=True)
 class GGUFHeader:
     """Everything before the tensor data, validated against the file size.
 
@@ -234,7 +204,7 @@ class GGUFHeader:
     path: Path
     version: int
     file_size: int
-    kv: dict[str, KVField]
+    kv: dict[str, KV]
     kv_order: tuple[str, ...]
     tensors: tuple[TensorInfo, ...]
     alignment: int
@@ -425,7 +395,7 @@ class _Parser:
                 f"the {MAX_STRING_BYTES:,}-byte limit (corrupt length field; re-download the file)",
                 offset=at)
 
-    def kv_pairs(self, n_kv: int) -> tuple[dict[str, KVField], list[str]]:
+    def kv_pairs(self, n_kv: int) -> tuple[dict[str, KV], list[str]]:
         c, kv, order = self.c, {}, []
         for i in range(n_kv):
             at = c.pos
@@ -442,11 +412,11 @@ class _Parser:
             t_at = c.pos
             vtype = _value_type(c.unpack(_U32, f"the type of key '{shown}'"), f"key '{shown}'", self.name, t_at)
             value, item = self.value(vtype, f"the value of key '{shown}'", 0)
-            kv[key] = KVField(key, vtype, value, at, item)
+            kv[key] = KV(key, value, vtype, item, at)
             order.append(key)
         return kv, order
 
-    def alignment(self, kv: dict[str, KVField]) -> int:
+    def alignment(self, kv: dict[str, KV]) -> int:
         f = kv.get("general.alignment")
         if f is None:
             return DEFAULT_ALIGNMENT
@@ -547,6 +517,15 @@ def read_header(path: str | os.PathLike[str]) -> GGUFHeader:
             return read_header_from(f, os.fstat(f.fileno()).st_size, p)
     except OSError as exc:
         raise OutputError(f"{p}: cannot read it ({exc.strerror})") from None
+
+
+def raw_string(path: Path, kv: KV) -> bytes:
+    """The stored bytes of scalar string ``kv`` read from ``path`` (the parsed value has
+    invalid UTF-8 replaced by U+FFFD). Its bounds were checked when the header was parsed."""
+    with open(path, "rb") as f:
+        f.seek(kv.offset)
+        f.seek(_U64.unpack(f.read(8))[0] + 4, io.SEEK_CUR)  # the key, then the u32 value type
+        return f.read(_U64.unpack(f.read(8))[0])
 
 
 def parse_header_bytes(data: bytes, name: str = "<bytes>") -> GGUFHeader:

@@ -1,85 +1,81 @@
-"""Reading a GGUF for the tools that need its tensors (retarget, quantize, compare, parity).
+"""Reading a GGUF's tensors (retarget, quantize, compare, parity, inspect).
 
-The header is validated first by our bounds-checked parser when available (gguf-py's
-reader trusts lengths and fails on truncated files with numpy reshape errors); then
-gguf-py's GGUFReader memory-maps the file so each tensor is read lazily, one at a time.
+Every file goes through the bounds-checked header parser (``gguf_header``): bad strings, bad
+offsets and bad types are one ``GGUFFormatError`` naming where and what. Tensor bytes are then
+read lazily from a read-only memory map, one tensor at a time, at offsets the header already
+checked against the file size. (gguf-py's ``GGUFReader`` is not used: it trusts lengths and
+decodes strings strictly, so one flipped byte in a value is a traceback.)
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import mmap
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import numpy as np
-from gguf import GGMLQuantizationType, GGUFReader, GGUFValueType
 
 from ..errors import GGUFFormatError, OutputError
-from .gguf_writer import KV
-
-
-@dataclass(frozen=True)
-class TensorEntry:
-    name: str
-    shape: tuple[int, ...]  # numpy order (last axis = ggml ne0)
-    ggml_type: GGMLQuantizationType
-    nbytes: int
-    offset: int  # absolute file offset of the data
+from .gguf_header import GGUFHeader, read_header
+from .types import KV, TensorInfo
 
 
 @dataclass
 class GGUFFile:
-    path: Path
-    kvs: dict[str, KV]  # file order
-    tensors: list[TensorEntry]
-    reader: Any
+    """A validated header plus lazy access to tensor bytes."""
+
+    header: GGUFHeader
+    _map: np.ndarray | None = field(default=None, repr=False)
+
+    @property
+    def path(self) -> Path:
+        return self.header.path
+
+    @property
+    def kvs(self) -> dict[str, KV]:
+        """Every metadata pair in file order, keyed by name."""
+        return self.header.kv
+
+    @property
+    def tensors(self) -> tuple[TensorInfo, ...]:
+        return self.header.tensors
 
     @property
     def arch(self) -> str | None:
-        kv = self.kvs.get("general.architecture")
-        return None if kv is None else str(kv.value)
+        return self.header.arch
 
     def shapes(self) -> dict[str, tuple[int, ...]]:
         return {t.name: t.shape for t in self.tensors}
 
-    def raw(self, entry: TensorEntry) -> np.ndarray:
-        """The tensor's bytes as a flat uint8 view of the memory map (no copy)."""
-        return np.asarray(self.reader.data[entry.offset: entry.offset + entry.nbytes])
+    def raw(self, t: TensorInfo) -> np.ndarray:
+        """The tensor's bytes as a flat uint8 view of the memory map (no copy).
+
+        Raises:
+            GGUFFormatError: the file shrank since its header was read.
+        """
+        if self._map is None:
+            self._map = _map_file(self.header)
+        if t.end > len(self._map):
+            raise GGUFFormatError(f"{self.path}: tensor {t.name} needs bytes up to {t.end:,} but the file now ends "
+                                  f"at {len(self._map):,} (it changed while being read; re-run on a stable copy)")
+        return self._map[t.offset_abs: t.end]
 
 
 def read_gguf(path: str | Path) -> GGUFFile:
-    """Open a GGUF: validated header, KVs as typed KV values, lazily-mapped tensors.
+    """Open a GGUF: validated header (KVs, tensor infos), tensor data mapped on first use.
 
     Raises:
-        OutputError: the file does not exist.
+        OutputError: the file does not exist or cannot be read.
         GGUFFormatError: the file is truncated or corrupt.
     """
-    path = Path(path)
-    if not path.is_file():
-        raise OutputError(f"{path}: no such file")
-    _validate_header(path)
-    try:
-        reader = GGUFReader(path, "r")
-    except (ValueError, IndexError, KeyError, TypeError, OverflowError, UnicodeDecodeError) as exc:
-        raise GGUFFormatError(f"{path}: not a readable GGUF ({exc}); re-download or re-convert it") from None
-    kvs: dict[str, KV] = {}
-    for name, f in reader.fields.items():
-        if name.startswith("GGUF."):
-            continue
-        typ = f.types[0]
-        sub = f.types[1] if typ == GGUFValueType.ARRAY and len(f.types) > 1 else None
-        value = f.contents()
-        kvs[name] = KV(name, value, typ, sub)
-    tensors = []
-    for t in reader.tensors:
-        shape = tuple(int(d) for d in reversed(t.shape.tolist()))
-        tensors.append(TensorEntry(t.name, shape, GGMLQuantizationType(int(t.tensor_type)), int(t.n_bytes),
-                                   int(t.data_offset)))
-    return GGUFFile(path=path, kvs=kvs, tensors=tensors, reader=reader)
+    return GGUFFile(read_header(path))
 
 
-def _validate_header(path: Path) -> None:
+def _map_file(h: GGUFHeader) -> np.ndarray:
     try:
-        from .gguf_header import read_header  # bounds-checked parser (never trusts a length)
-    except ImportError:
-        return
-    read_header(path)
+        with open(h.path, "rb") as f:
+            if h.file_size == 0:
+                return np.zeros(0, np.uint8)
+            mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    except OSError as exc:
+        raise OutputError(f"{h.path}: cannot read it ({exc.strerror})") from None
+    return np.frombuffer(mm, dtype=np.uint8)

@@ -22,49 +22,10 @@ import numpy as np
 from gguf import GGMLQuantizationType, GGUFValueType, GGUFWriter
 
 from ..errors import OutputError
+from .gguf_header import StringArray
+from .types import KV
 
 Progress = Callable[[int], None]
-
-
-@dataclass(frozen=True)
-class KV:
-    """One metadata pair with its GGUF type (``sub_type`` is the element type of an ARRAY)."""
-
-    key: str
-    value: Any
-    type: GGUFValueType
-    sub_type: GGUFValueType | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        value = self.value
-        if isinstance(value, (bytes, bytearray)):
-            value = value.decode("utf-8", errors="replace")
-        elif isinstance(value, (list, tuple)) and len(value) > 64:
-            value = {"length": len(value), "head": list(value[:8])}
-        elif isinstance(value, (list, tuple)):
-            value = list(value)
-        typ = self.type.name if self.sub_type is None else f"ARRAY[{self.sub_type.name}]"
-        return {"key": self.key, "type": typ, "value": value}
-
-
-def kv_u32(key: str, value: int) -> KV:
-    return KV(key, int(value), GGUFValueType.UINT32)
-
-
-def kv_f32(key: str, value: float) -> KV:
-    return KV(key, float(value), GGUFValueType.FLOAT32)
-
-
-def kv_str(key: str, value: str) -> KV:
-    return KV(key, str(value), GGUFValueType.STRING)
-
-
-def kv_bool(key: str, value: bool) -> KV:
-    return KV(key, bool(value), GGUFValueType.BOOL)
-
-
-def kv_array(key: str, values: Sequence[Any], sub_type: GGUFValueType) -> KV:
-    return KV(key, list(values), GGUFValueType.ARRAY, sub_type)
 
 
 @dataclass(frozen=True)
@@ -134,7 +95,9 @@ def write_gguf(
                 writer.data_alignment = int(kv.value)
             if kv.type == GGUFValueType.ARRAY:
                 # add_key_value drops empty arrays silently in add_array; we never pass one.
-                writer.add_key_value(kv.key, list(kv.value), kv.type, sub_type=kv.sub_type)
+                # A StringArray read from a file is copied as its stored bytes (tokens need not be UTF-8).
+                items = kv.value.raw_items() if isinstance(kv.value, StringArray) else list(kv.value)
+                writer.add_key_value(kv.key, items, kv.type, sub_type=kv.sub_type)
             else:
                 writer.add_key_value(kv.key, kv.value, kv.type)
         for t in tensors:

@@ -12,7 +12,7 @@ from gguf import RopeScalingType
 
 from ..config import DrafterConfig
 from ..errors import GGUFFormatError, UsageError
-from ..fileio.gguf_writer import KV
+from ..fileio.types import KV
 from .meta import DrafterMeta, Format
 from .dflash_draft import DFLASH_DRAFT
 from .llama_cpp import MAINLINE, PR22105_FORMAT

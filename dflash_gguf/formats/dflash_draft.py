@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from gguf import GGUFValueType as T
 
-from ..fileio.gguf_writer import KV
+from ..fileio.types import KV
 from .meta import DrafterMeta, Format, kv_value
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from gguf import GGUFValueType as T
 
-from ..fileio.gguf_writer import KV
+from ..fileio.types import KV
 from .meta import DrafterMeta, Format, kv_value
 
 MASK_KEY = "tokenizer.ggml.mask_token_id"

@@ -17,7 +17,7 @@ from typing import Any, Callable
 from gguf import GGUFValueType
 
 from ..errors import GGUFFormatError, UsageError
-from ..fileio.gguf_writer import KV
+from ..fileio.types import KV
 
 T = GGUFValueType
 

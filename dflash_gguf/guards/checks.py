@@ -167,7 +167,7 @@ def check_shards(path: str | Path) -> ShardSet:
         wrong = [(k, typ) for k, typ in split_types if h.kv[k].type != typ]
         for key, typ in wrong:
             out.append(_f(h, Severity.ERROR, "key-type",
-                          f"{key} is {_typename(h.kv[key].type, h.kv[key].item_type)}, llama.cpp requires "
+                          f"{key} is {_typename(h.kv[key].type, h.kv[key].sub_type)}, llama.cpp requires "
                           f"{typ.name}", f"key {key}"))
         if wrong:
             continue
@@ -290,10 +290,10 @@ def check_names(h: GGUFHeader) -> Iterator[Finding]:
     for where in h.non_utf8:
         yield _f(h, Severity.WARNING, "non-utf8", f"{where} is not valid UTF-8 (shown with U+FFFD)", where)
     for f in h.kv.values():
-        if f.type == T.ARRAY and f.item_type == T.ARRAY:
+        if f.type == T.ARRAY and f.sub_type == T.ARRAY:
             yield _f(h, Severity.ERROR, "nested-array",
-                     f"key {show(f.name)} is an array of arrays; llama.cpp's loader refuses nested arrays",
-                     f"key {show(f.name)}")
+                     f"key {show(f.key)} is an array of arrays; llama.cpp's loader refuses nested arrays",
+                     f"key {show(f.key)}")
 
 
 # --- model checks --------------------------------------------------------------------------
@@ -341,10 +341,10 @@ def check_keys(h: GGUFHeader) -> Iterator[Finding]:
             continue
         key = pattern.format(a=arch)
         f = h.kv.get(key)
-        if f is not None and (f.type, f.item_type) not in allowed:
+        if f is not None and (f.type, f.sub_type) not in allowed:
             want = " or ".join(_typename(*a) for a in allowed)
             yield _f(h, Severity.ERROR, "key-type",
-                     f"{show(key)} is {_typename(f.type, f.item_type)}, loaders require {want}: re-convert",
+                     f"{show(key)} is {_typename(f.type, f.sub_type)}, loaders require {want}: re-convert",
                      f"key {show(key)}")
 
 
@@ -480,18 +480,13 @@ _PER_LAYER = ("attn_norm", "attn_q", "attn_k", "attn_v", "attn_output", "attn_q_
 
 def drafter_format(h: GGUFHeader):
     """(Format, DrafterMeta | None, problem | None) for a drafter file; None if not a drafter."""
-    try:
-        from ..formats import detect_format, meta_from_gguf
-        from ..fileio.gguf_writer import KV
-    except ImportError:  # formats are optional for the generic checks
-        return None
+    from ..formats import detect_format, meta_from_gguf
+
     fmt = detect_format(h.arch or "", h.kv, [t.name for t in h.tensors])
     if fmt is None:
         return None
-    kvs = {k: KV(k, f.value, f.type, f.item_type) for k, f in h.kv.items()}
-    shapes = {t.name: tuple(reversed(t.shape_ne)) for t in h.tensors}
     try:
-        _, meta = meta_from_gguf(kvs, shapes, h.path)
+        _, meta = meta_from_gguf(h.kv, {t.name: t.shape for t in h.tensors}, h.path)
     except GGUFFormatError as exc:
         return fmt, None, str(exc).removeprefix(f"{h.path}: ")
     except (TypeError, ValueError, OverflowError) as exc:  # a key of the wrong type in a hostile file
@@ -603,9 +598,9 @@ def _drafter_swa(h: GGUFHeader, a: str) -> Iterator[Finding]:
     pk, wk = f"{h.arch}.attention.sliding_window_pattern", f"{h.arch}.attention.sliding_window"
     pat, window, n = h.kv.get(pk), _int(h.get(wk)), _int(h.get(f"{h.arch}.block_count"))
     if pat is not None:
-        if pat.type != T.ARRAY or pat.item_type != T.BOOL:
+        if pat.type != T.ARRAY or pat.sub_type != T.BOOL:
             yield _d(h, Severity.ERROR, "drafter-swa-pattern",
-                     f"{a}.attention.sliding_window_pattern is {_typename(pat.type, pat.item_type)}; runtimes read "
+                     f"{a}.attention.sliding_window_pattern is {_typename(pat.type, pat.sub_type)}; runtimes read "
                      f"ARRAY[BOOL] only (Lucebox ignores it otherwise: full attention on SWA layers)", f"key {show(pk)}")
         elif n is not None and len(pat.value) != n:
             yield _d(h, Severity.ERROR, "drafter-swa-pattern",

@@ -16,8 +16,10 @@ from gguf import GGMLQuantizationType as Q
 from gguf import GGUFValueType
 
 from ..errors import QuantizationError, UsageError
-from ..fileio.gguf_reader import GGUFFile, TensorEntry, read_gguf
-from ..fileio.gguf_writer import KV, TensorOut, WriteReport, tensor_nbytes, write_gguf
+from ..fileio.gguf_reader import GGUFFile, read_gguf
+from ..fileio.types import TensorInfo
+from ..fileio.gguf_writer import TensorOut, WriteReport, tensor_nbytes, write_gguf
+from ..fileio.types import KV
 
 FLOAT_TYPES = (Q.F32, Q.F16, Q.BF16)
 CHUNK_BYTES = 16 << 20
@@ -128,7 +130,7 @@ def quantize_gguf(
     return QuantizeResult(ftype, kvs, entries, report)
 
 
-def _requantize(f: GGUFFile, t: TensorEntry, e: QuantEntry) -> Iterator[np.ndarray]:
+def _requantize(f: GGUFFile, t: TensorInfo, e: QuantEntry) -> Iterator[np.ndarray]:
     raw = f.raw(t)
     if not e.quantized:
         yield raw  # same type: bytes untouched

@@ -16,12 +16,13 @@ import numpy as np
 from ..config import DrafterConfig, TargetConfig, parse_config, parse_target_config
 from ..errors import ConfigError, GGUFFormatError, WeightsError
 from ..formats import meta_from_gguf
-from ..fileio.gguf_reader import GGUFFile, TensorEntry, read_gguf
+from ..fileio.gguf_reader import GGUFFile, read_gguf
+from ..fileio.types import TensorInfo
 
 _BLK = re.compile(r"^blk\.(\d+)\.(.+)$")
 
 
-def dequantized(f: GGUFFile, t: TensorEntry) -> np.ndarray:
+def dequantized(f: GGUFFile, t: TensorInfo) -> np.ndarray:
     """A tensor's float32 values in numpy (torch) order, with ggml's exact dequantizers
     (always a fresh, writable array: the file's bytes are a read-only memory map)."""
     from ..quants import dequantize

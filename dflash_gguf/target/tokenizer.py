@@ -39,7 +39,8 @@ from gguf import GGUFValueType as T
 
 from ..config import DrafterConfig, load_target_config
 from ..errors import ConfigError, TargetError, UsageError
-from ..fileio.gguf_writer import KV, kv_array, kv_bool, kv_str, kv_u32
+from ..fileio.gguf_header import GGUFHeader, StringArray, raw_string, read_header
+from ..fileio.types import KV, kv_array, kv_bool, kv_str, kv_u32
 
 _HINT = "pass --target-gguf T.gguf (the target converted by llama.cpp) instead"
 _INSTALL = "pip install 'dflash-gguf[tokenizers]'"
@@ -316,8 +317,6 @@ def target_from_gguf(path: str | Path) -> TargetInfo:
             embedding_length/block_count.
         GGUFFormatError: the file is truncated or corrupt.
     """
-    from ..fileio.gguf_header import read_header
-
     p = Path(path)
     if not p.is_file():
         raise TargetError(f"--target-gguf {p}: no such file; pass the target model's .gguf (for split models, the first part)")
@@ -335,12 +334,12 @@ def target_from_gguf(path: str | Path) -> TargetInfo:
             continue
         f = header.kv[key]
         if f.type == T.ARRAY:
-            if f.item_type == T.ARRAY:
+            if f.sub_type == T.ARRAY:
                 raise TargetError(f"{p}: {key} is a nested array, which no llama.cpp tokenizer key uses; re-convert the target")
             values = list(f.value)
-            if f.item_type == T.STRING and any("\ufffd" in v for v in values):
+            if f.sub_type == T.STRING and any("\ufffd" in v for v in values):
                 raw_needed.append(key)
-            kvs.append(KV(key, values, T.ARRAY, f.item_type))
+            kvs.append(KV(key, values, T.ARRAY, f.sub_type))
         else:
             if f.type == T.STRING and "\ufffd" in f.value:
                 raw_needed.append(key)
@@ -348,7 +347,7 @@ def target_from_gguf(path: str | Path) -> TargetInfo:
     if raw_needed:
         # The header reader decodes strings with replacement characters; U+FFFD may be
         # genuine or a stand-in for invalid UTF-8, so re-read those keys' raw bytes.
-        raw = _raw_strings(p, raw_needed)
+        raw = _raw_strings(header, raw_needed)
         kvs = [KV(kv.key, raw[kv.key], kv.type, kv.sub_type) if kv.key in raw else kv for kv in kvs]
 
     tokens = header.get(K_TOKENS)
@@ -1090,28 +1089,21 @@ def _chat_template_kvs(template: Any) -> list[KV]:
 
 # --- raw string fallback for target_from_gguf --------------------------------------------------
 
-def _raw_strings(path: Path, keys: Iterable[str]) -> dict[str, Any]:
+def _raw_strings(header: GGUFHeader, keys: Iterable[str]) -> dict[str, Any]:
     """Values of string / string-array keys with undecodable bytes kept as ``bytes``."""
-    from gguf import GGUFReader
+    def item(b: bytes) -> str | bytes:
+        try:
+            return b.decode("utf-8")
+        except UnicodeDecodeError:
+            return b
 
-    try:
-        reader = GGUFReader(path, "r")
-    except Exception as exc:  # the header already parsed, so this is unexpected
-        raise TargetError(f"{path}: cannot re-read raw strings ({exc}); {_HINT}") from None
     out: dict[str, Any] = {}
     for key in keys:
-        f = reader.fields[key]
-
-        def item(b: bytes) -> str | bytes:
-            try:
-                return b.decode("utf-8")
-            except UnicodeDecodeError:
-                return b
-
-        if f.types[0] == T.ARRAY:
-            out[key] = [item(bytes(f.parts[i].tobytes())) for i in f.data]
+        f = header.kv[key]
+        if isinstance(f.value, StringArray):
+            out[key] = [item(b) for b in f.value.raw_items()]
         else:
-            out[key] = item(bytes(f.parts[-1].tobytes()))
+            out[key] = item(raw_string(header.path, f))
     return out
 
 

@@ -15,7 +15,7 @@ import pytest
 from gguf import GGML_QUANT_SIZES, GGUFReader, GGUFValueType, GGUFWriter
 from gguf import GGMLQuantizationType as Q
 
-from dflash_gguf import compare as cmp
+from dflash_gguf.compare import api as cmp
 from dflash_gguf.compare import compare_ggufs, compare_weights, parse_tolerances
 from dflash_gguf.convert import convert
 from dflash_gguf.errors import UsageError

@@ -153,7 +153,7 @@ def test_existing_output_is_kept_without_force(cli, tmp_path):
 
 
 def test_interrupt_leaves_nothing_and_keeps_existing(tmp_path, monkeypatch):
-    import dflash_gguf.convert as conv
+    import dflash_gguf.convert.checkpoint as conv
 
     out = tmp_path / "out.gguf"
     out.write_bytes(b"old")

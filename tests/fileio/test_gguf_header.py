@@ -8,7 +8,7 @@ import gguf
 import numpy as np
 import pytest
 
-from dflash_gguf import gguf_header as gh
+from dflash_gguf.fileio import gguf_header as gh
 from dflash_gguf.errors import GGUFFormatError, OutputError
 from dflash_gguf.fileio.gguf_header import (InvalidKVError, InvalidTensorInfoError, LimitError, NotGGUFError,
                                      StringArray, TensorOverlapError, TruncatedError, UnsupportedVersionError,
@@ -91,8 +91,8 @@ def test_all_thirteen_value_types_and_nesting(tmp_path):
         assert h.kv[f"s.{t.name}"].type == t
         assert h.get(f"s.{t.name}") == v
         if t != V.STRING:
-            assert h.get(f"a.{t.name}") == (v, v) and h.kv[f"a.{t.name}"].item_type == t
-    assert h.get("a.nested") == ((1, 2), (3,)) and h.kv["a.nested"].item_type == V.ARRAY
+            assert h.get(f"a.{t.name}") == (v, v) and h.kv[f"a.{t.name}"].sub_type == t
+    assert h.get("a.nested") == ((1, 2), (3,)) and h.kv["a.nested"].sub_type == V.ARRAY
     assert list(h.get("a.strings")) == ["x", "", "yz"]
 
 

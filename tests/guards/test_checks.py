@@ -205,7 +205,7 @@ def test_inconsistent_split_keys(tmp_path):
     h = read_header(s2)
     data = bytearray(s2.read_bytes())
     f = h.kv["split.tensors.count"]
-    pos = f.offset + 8 + len(f.name) + 4
+    pos = f.offset + 8 + len(f.key) + 4
     data[pos:pos + 4] = struct.pack("<i", 5)
     s2.write_bytes(bytes(data))
     r = run_checks(s1)
@@ -343,7 +343,7 @@ def rewrite(src: Path, dst: Path, *, drop: tuple[str, ...] = (), set_kv: dict | 
         if k == "general.architecture" or k in drop or k in (set_kv or {}):
             continue
         value = list(f.value) if f.type == V.ARRAY else f.value
-        w.add_key_value(k, value, f.type, sub_type=f.item_type)
+        w.add_key_value(k, value, f.type, sub_type=f.sub_type)
     for k, (value, vtype, sub) in (set_kv or {}).items():
         w.add_key_value(k, value, vtype, sub_type=sub)
     raw = src.read_bytes()
@@ -379,7 +379,7 @@ def drafters(tmp_path_factory):
     for k in h.kv_order:
         if k.startswith("tokenizer.") and k != "tokenizer.ggml.mask_token_id":
             f = h.kv[k]
-            w.add_key_value(k, list(f.value) if f.item_type is not None else f.value, f.type, sub_type=f.item_type)
+            w.add_key_value(k, list(f.value) if f.sub_type is not None else f.value, f.type, sub_type=f.sub_type)
     w.add_tensor("token_embd.weight", np.zeros((4, 64), np.float16))
     w.write_header_to_file(); w.write_kv_data_to_file(); w.write_tensors_to_file(); w.close()
     out["target"] = d / "target.gguf"

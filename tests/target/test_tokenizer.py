@@ -23,7 +23,8 @@ from gguf import GGMLQuantizationType, GGUFReader, GGUFValueType as T, GGUFWrite
 
 from dflash_gguf.config import parse_config
 from dflash_gguf.errors import GGUFFormatError, TargetError, UsageError
-from dflash_gguf.fileio.gguf_writer import KV, TensorOut, write_gguf
+from dflash_gguf.fileio.gguf_writer import TensorOut, write_gguf
+from dflash_gguf.fileio.types import KV
 from dflash_gguf.target.tokenizer import (
     CHKHSH,
     CHKTXT,
@@ -316,7 +317,7 @@ def test_bpe_target_vocab(tmp_path):
 @needs_libs
 def test_bpe_known_hash_wins_over_structure(tmp_path, monkeypatch):
     d = make_target(tmp_path / "qwen", QWEN_TOK, qwen_config())
-    from dflash_gguf import tokenizer as tk
+    from dflash_gguf.target import tokenizer as tk
     import hashlib
     from tokenizers import Tokenizer
     ids = Tokenizer.from_file(str(d / "tokenizer.json")).encode(CHKTXT).ids
@@ -710,7 +711,7 @@ def header_tokenizer_fields(path: Path) -> list[tuple]:
     from dflash_gguf.fileio.gguf_header import read_header
 
     h = read_header(path)
-    return [(k, h.kv[k].type, h.kv[k].item_type, h.kv[k].value) for k in h.kv_order if k.startswith("tokenizer.")]
+    return [(k, h.kv[k].type, h.kv[k].sub_type, h.kv[k].value) for k in h.kv_order if k.startswith("tokenizer.")]
 
 
 @pytest.mark.slow

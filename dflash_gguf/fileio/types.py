@@ -1,0 +1,81 @@
+"""The one metadata pair and the one tensor descriptor, shared by the GGUF reader and writer."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from gguf import GGMLQuantizationType, GGUFValueType
+
+
+@dataclass(frozen=True)
+class KV:
+    """One metadata pair with its GGUF type (``sub_type`` is the element type of an ARRAY).
+
+    Read from a file, arrays are tuples (or a ``StringArray``, decoded lazily) and ``offset`` is
+    where the key starts; built for writing, arrays may be any sequence and ``offset`` is None.
+    """
+
+    key: str
+    value: Any
+    type: GGUFValueType
+    sub_type: GGUFValueType | None = None
+    offset: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        value = self.value
+        if isinstance(value, (bytes, bytearray)):
+            value = value.decode("utf-8", errors="replace")
+        elif isinstance(value, Sequence) and not isinstance(value, str) and len(value) > 64:
+            value = {"length": len(value), "head": list(value[:8])}
+        elif isinstance(value, Sequence) and not isinstance(value, str):
+            value = list(value)
+        typ = self.type.name if self.sub_type is None else f"ARRAY[{self.sub_type.name}]"
+        return {"key": self.key, "type": typ, "value": value}
+
+
+def kv_u32(key: str, value: int) -> KV:
+    return KV(key, int(value), GGUFValueType.UINT32)
+
+
+def kv_f32(key: str, value: float) -> KV:
+    return KV(key, float(value), GGUFValueType.FLOAT32)
+
+
+def kv_str(key: str, value: str) -> KV:
+    return KV(key, str(value), GGUFValueType.STRING)
+
+
+def kv_bool(key: str, value: bool) -> KV:
+    return KV(key, bool(value), GGUFValueType.BOOL)
+
+
+def kv_array(key: str, values: Sequence[Any], sub_type: GGUFValueType) -> KV:
+    return KV(key, list(values), GGUFValueType.ARRAY, sub_type)
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    """One tensor as declared in a GGUF header. ``shape_ne`` is ggml order (ne[0] innermost);
+    ``shape`` is numpy order (last axis = ne[0])."""
+
+    name: str
+    shape_ne: tuple[int, ...]
+    ggml_type: GGMLQuantizationType
+    offset_abs: int   # first data byte, from the start of the file
+    nbytes: int
+    info_offset: int = 0  # where this tensor's info record starts in the header
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(reversed(self.shape_ne))
+
+    @property
+    def end(self) -> int:
+        return self.offset_abs + self.nbytes
+
+    @property
+    def n_elements(self) -> int:
+        n = 1
+        for d in self.shape_ne:
+            n *= d
+        return n
