@@ -12,15 +12,11 @@ from typing import Annotated, Any
 import typer
 
 from ..guards.checks import CheckReport, Severity, load_complete, planned_scan_bytes, run_checks
-from ..errors import DflashError
+from ..errors import EXIT_BASE, EXIT_FINDINGS, EXIT_PAIRING, EXIT_UNKNOWN, DflashError
 from ..guards.instruct import InstructVerdict, Verdict, classify
 from ._app import app
 from ._common import byte_progress, err, out, print_json
 
-EXIT_BASE = 10
-EXIT_UNKNOWN = 11
-EXIT_FINDINGS = 12
-EXIT_PAIRING = 13
 
 FileArg = Annotated[Path, typer.Argument(help="A GGUF file (for a sharded model, any of its shards).")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")]

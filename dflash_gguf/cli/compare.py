@@ -17,11 +17,10 @@ from rich.table import Table
 
 from ..compare import BIT_IDENTICAL, EXTRA, MISSING, OUT, SHAPE_MISMATCH, WITHIN, CompareReport, compare, \
     parse_tolerances
-from ..errors import DflashError
+from ..errors import EXIT_MISMATCH, DflashError
 from ._app import app
 from ._common import byte_progress, err, out, print_json
 
-EXIT_MISMATCH = 20
 
 _STYLE = {BIT_IDENTICAL: "green", WITHIN: "cyan", OUT: "red", MISSING: "red", EXTRA: "red", SHAPE_MISMATCH: "red"}
 _RANK = {MISSING: 0, SHAPE_MISMATCH: 1, EXTRA: 2, OUT: 3, WITHIN: 4, BIT_IDENTICAL: 5}

@@ -17,19 +17,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-from ..errors import ConfigError, DflashError, UsageError
+from ..errors import ConfigError, DflashError, ParityFailure, UsageError
 
 EMULATIONS = ("llama.cpp",)
 # Older llama.cpp builds gave the drafter at most the last 512 target-feature positions as
 # context (``cross_ctx``; ik_llama.cpp PR #2341 replaced it with --ctx-size-draft).
 LLAMA_CPP_DRAFT_CONTEXT = 512
 DUMP_VERSION = 1
-
-
-class ParityFailure(DflashError):
-    """The lossless check failed: speculative output differs from plain greedy decoding."""
-
-    exit_code = 30
 
 
 @dataclass(frozen=True)
