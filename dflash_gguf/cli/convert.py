@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 import typer
 from rich.table import Table
 
-from ..convert import ConvertResult, convert, plan_conversion, retarget
+from ..convert import ConvertResult, plan_conversion, retarget, write_conversion
 from ..formats import FORMATS
 from ..convert.plan import OUTTYPES, ConversionPlan
 from ._app import app
@@ -35,22 +35,18 @@ def convert_cmd(
 
     Example: dflash-gguf convert z-lab/Qwen3-8B-DFlash-b16 --target-gguf Qwen3-8B.gguf -o drafter.gguf
     """
-    outtype = outtype.lower()
+    conv = plan_conversion(drafter_dir, format=format, outtype=outtype.lower(), target_gguf=target_gguf,
+                           target_dir=target_dir)
     if dry_run:
-        _, _, plan, notes = plan_conversion(drafter_dir, format=format, outtype=outtype,
-                                            target_gguf=target_gguf, target_dir=target_dir)
         if json_out:
-            print_json({**plan.to_json(), "target_checks": notes})
+            print_json({**conv.plan.to_json(), "target_checks": conv.target_checks})
         else:
-            render_plan(plan)
+            render_plan(conv.plan)
         return
     if output is None:
         raise typer.BadParameter("missing -o OUT.gguf (or pass --dry-run)", param_hint="-o")
-    _, _, plan, _ = plan_conversion(drafter_dir, format=format, outtype=outtype,
-                                    target_gguf=target_gguf, target_dir=target_dir)
-    with byte_progress(plan.total_bytes, f"converting → {output.name}", enabled=not json_out) as advance:
-        result = convert(drafter_dir, output, format=format, outtype=outtype, target_gguf=target_gguf,
-                         target_dir=target_dir, force=force, progress=advance)
+    with byte_progress(conv.plan.total_bytes, f"converting → {output.name}", enabled=not json_out) as advance:
+        result = write_conversion(conv, output, force=force, progress=advance)
     if json_out:
         print_json(_result_json(result))
     else:

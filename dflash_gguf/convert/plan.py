@@ -200,7 +200,7 @@ def build_plan(
     arch, kvs = fmt.kvs(meta)
     if quant:
         # "convert --outtype q*" is "convert --outtype auto, then quantize": same layout, same bytes.
-        from ..quants.gguf_file import requantize_layout
+        from ..quants.layout import requantize_layout
 
         kvs, entries = requantize_layout([KV("general.architecture", arch, GGUFValueType.STRING), *kvs],
                                          [(t.dst, t.shape, t.ggml_type) for t in tensor_plans], outtype, where=where)
