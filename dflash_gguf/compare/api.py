@@ -38,7 +38,7 @@ from gguf import GGMLQuantizationType as Q
 
 from ..errors import DflashError, GGUFFormatError, OutputError, QuantizationError, UsageError, WeightsError
 from ..formats import Format, meta_from_gguf
-from ..formats.meta import DROPPED_TENSORS, OPTIONAL_TENSORS
+from ..formats.names import DROPPED_TENSORS, OPTIONAL_TENSORS
 from ..fileio.gguf_reader import GGUFFile, read_gguf
 from ..fileio.types import TensorInfo
 from ..convert.plan import ROPE_FREQS

@@ -14,7 +14,7 @@ from gguf import GGUFValueType
 from ..config import DrafterConfig
 from ..errors import ConfigError, UsageError, WeightsError
 from ..formats import Format, meta_from_config
-from ..formats.meta import DROPPED_TENSORS, FC, HIDDEN_NORM, OPTIONAL_TENSORS, PRE_FFN_NORM
+from ..formats.names import DROPPED_TENSORS, FC, HIDDEN_NORM, OPTIONAL_TENSORS, PRE_FFN_NORM
 from ..fileio.gguf_writer import tensor_nbytes
 from ..fileio.types import KV
 from ..fileio.safetensors import FLOAT_DTYPES, SourceTensor

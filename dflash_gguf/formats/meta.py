@@ -10,7 +10,6 @@ through the same ``Format.kvs``.
 """
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
@@ -18,56 +17,9 @@ from gguf import GGUFValueType
 
 from ..errors import GGUFFormatError, UsageError
 from ..fileio.types import KV
+from .names import BLK_RE, FC, GLOBAL_TENSORS, HIDDEN_NORM, LAYER_RE, LAYER_TENSORS, OPTIONAL_TENSORS, PRE_FFN_NORM
 
 T = GGUFValueType
-
-# Per-layer tensors: checkpoint suffix (after "layers.N.") -> GGUF suffix (after "blk.N.").
-# The pre-FFN norm is format-specific and filled in by each format (PRE_FFN_NORM).
-PRE_FFN_NORM = "post_attention_layernorm.weight"
-LAYER_TENSORS: dict[str, str] = {
-    "input_layernorm.weight": "attn_norm.weight",
-    "self_attn.q_proj.weight": "attn_q.weight",
-    "self_attn.k_proj.weight": "attn_k.weight",
-    "self_attn.v_proj.weight": "attn_v.weight",
-    "self_attn.o_proj.weight": "attn_output.weight",
-    "self_attn.q_proj.bias": "attn_q.bias",
-    "self_attn.k_proj.bias": "attn_k.bias",
-    "self_attn.v_proj.bias": "attn_v.bias",
-    "self_attn.o_proj.bias": "attn_output.bias",
-    "self_attn.q_norm.weight": "attn_q_norm.weight",
-    "self_attn.k_norm.weight": "attn_k_norm.weight",
-    "mlp.gate_proj.weight": "ffn_gate.weight",
-    "mlp.up_proj.weight": "ffn_up.weight",
-    "mlp.down_proj.weight": "ffn_down.weight",
-    # DFlash2 grouped dynamic causal conv (mainline names; base kernels carry no ".weight" on disk)
-    "attention_conv.base_kernel": "attn_conv_base",  # no suffix: the runtime loads it by this name (F32)
-    "attention_conv.kernel_projection.weight": "attn_conv_proj.weight",
-    "mlp_conv.base_kernel": "ffn_conv_base",
-    "mlp_conv.kernel_projection.weight": "ffn_conv_proj.weight",
-}
-DFLASH2_LAYER = ("attention_conv.base_kernel", "attention_conv.kernel_projection.weight",
-                 "mlp_conv.base_kernel", "mlp_conv.kernel_projection.weight")
-# Global tensors shared by all formats (fc and hidden_norm are per format).
-FC, HIDDEN_NORM = "fc.weight", "hidden_norm.weight"
-GLOBAL_TENSORS: dict[str, str] = {
-    "norm.weight": "output_norm.weight",
-    # DFlash2 candidate selector; codebooks have no ".weight" on disk (the torch loader remaps them)
-    "candidate_selector.predecessor_codebook": "selector_predecessor.weight",
-    "candidate_selector.successor_codebook": "selector_successor.weight",
-    "candidate_selector.hidden_projection.weight": "selector_hidden.weight",
-}
-DFLASH2_GLOBAL = ("candidate_selector.predecessor_codebook", "candidate_selector.successor_codebook",
-                  "candidate_selector.hidden_projection.weight")
-# Optional tensors some exports ship; the runtimes borrow the target's when absent.
-OPTIONAL_TENSORS: dict[str, str] = {"embed_tokens.weight": "token_embd.weight", "lm_head.weight": "output.weight"}
-# Known extras with an explicit rule: dropped, and reported as such.
-DROPPED_TENSORS: dict[str, str] = {
-    "d2t": "reduced-vocab map; z-lab drafters share the target vocab (mainline's converter drops it too)",
-    "t2d": "reduced-vocab map; z-lab drafters share the target vocab (mainline's converter drops it too)",
-}
-_LAYER_RE = re.compile(r"^layers\.(\d+)\.(.+)$")
-_BLK_RE = re.compile(r"^blk\.(\d+)\.(.+)$")
-
 
 @dataclass
 class DrafterMeta:
@@ -178,7 +130,7 @@ class Format:
             return GLOBAL_TENSORS[src]
         if src in OPTIONAL_TENSORS:
             return OPTIONAL_TENSORS[src]
-        m = _LAYER_RE.match(src)
+        m = LAYER_RE.match(src)
         if m:
             bid, rest = m.groups()
             if rest == PRE_FFN_NORM:
@@ -197,7 +149,7 @@ class Format:
             for src, dst in table.items():
                 if dst == gguf_name:
                     return src
-        m = _BLK_RE.match(gguf_name)
+        m = BLK_RE.match(gguf_name)
         if m:
             bid, rest = m.groups()
             if rest == self.pre_ffn_norm:

@@ -189,23 +189,16 @@ def quantize_target_weights(target, qtype: str) -> list[tuple[str, str]]:
     import numpy as np
     import torch
 
-    from ..reference.from_gguf import _TARGET_GLOBAL, _TARGET_LAYER
+    from ..formats.names import target_gguf_name
     from ..quants import dequantize, quantize
     from ..quants.policy import plan_types
 
-    to_gguf = {hf: g for g, hf in _TARGET_GLOBAL.items()}
     params = dict(target.named_parameters())
-    names: dict[str, str] = {}
+    names: dict[str, str] = {}  # GGUF name -> parameter name
     for hf, p in params.items():
-        if p.dim() != 2:
-            continue
-        if hf in to_gguf:
-            names[to_gguf[hf]] = hf
-        elif hf.startswith("model.layers."):
-            _, _, bid, rest = hf.split(".", 3)
-            inv = {v: k for k, v in _TARGET_LAYER.items()}
-            if rest in inv:
-                names[f"blk.{bid}.{inv[rest]}"] = hf
+        g = target_gguf_name(hf) if p.dim() == 2 else None
+        if g is not None:
+            names[g] = hf
     if target.spec.tie_word_embeddings:
         names.pop("output.weight", None)  # tied: one tensor, planned as token_embd (llama-quantize's rule)
     plan = plan_types([(g, tuple(params[hf].shape)) for g, hf in names.items()], qtype, target.spec.num_hidden_layers)

@@ -7,7 +7,6 @@ what a runtime would use.
 """
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Any
 
@@ -16,10 +15,10 @@ import numpy as np
 from ..config import DrafterConfig, TargetConfig, parse_config, parse_target_config
 from ..errors import ConfigError, GGUFFormatError, WeightsError
 from ..formats import meta_from_gguf
+from ..formats.names import BLK_RE, target_hf_name
 from ..fileio.gguf_reader import GGUFFile, read_gguf
 from ..fileio.types import TensorInfo
 
-_BLK = re.compile(r"^blk\.(\d+)\.(.+)$")
 
 
 def dequantized(f: GGUFFile, t: TensorInfo) -> np.ndarray:
@@ -146,18 +145,6 @@ def compare_with_config(gguf_cfg: DrafterConfig, cfg: DrafterConfig, path) -> li
 
 
 # --- target (qwen3 / llama GGUF, as llama.cpp's converter writes them) -------------------------
-_TARGET_LAYER = {
-    "attn_norm.weight": "input_layernorm.weight", "ffn_norm.weight": "post_attention_layernorm.weight",
-    "attn_q.weight": "self_attn.q_proj.weight", "attn_k.weight": "self_attn.k_proj.weight",
-    "attn_v.weight": "self_attn.v_proj.weight", "attn_output.weight": "self_attn.o_proj.weight",
-    "attn_q.bias": "self_attn.q_proj.bias", "attn_k.bias": "self_attn.k_proj.bias",
-    "attn_v.bias": "self_attn.v_proj.bias", "attn_output.bias": "self_attn.o_proj.bias",
-    "attn_q_norm.weight": "self_attn.q_norm.weight", "attn_k_norm.weight": "self_attn.k_norm.weight",
-    "ffn_gate.weight": "mlp.gate_proj.weight", "ffn_up.weight": "mlp.up_proj.weight",
-    "ffn_down.weight": "mlp.down_proj.weight",
-}
-_TARGET_GLOBAL = {"token_embd.weight": "model.embed_tokens.weight", "output_norm.weight": "model.norm.weight",
-                  "output.weight": "lm_head.weight"}
 SUPPORTED_TARGET_ARCHS = ("qwen3", "llama")
 
 
@@ -219,12 +206,8 @@ def target_from_gguf(path: str | Path) -> tuple[TargetConfig, dict[str, np.ndarr
     tc = parse_target_config(raw, Path(path))
     weights: dict[str, np.ndarray] = {}
     for t in f.tensors:
-        m = _BLK.match(t.name)
-        if m:
-            suffix = _TARGET_LAYER.get(m.group(2))
-            hf = None if suffix is None else f"model.layers.{m.group(1)}.{suffix}"
-        else:
-            hf = _TARGET_GLOBAL.get(t.name)
+        m = BLK_RE.match(t.name)
+        hf = target_hf_name(t.name)
         if hf is None:
             raise GGUFFormatError(f"{path}: tensor {t.name} is not part of a dense {arch} target")
         w = dequantized(f, t)
