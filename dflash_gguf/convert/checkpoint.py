@@ -45,7 +45,7 @@ def plan_conversion(
     inventory = read_inventory(drafter_dir)
     tokenizer, target_hidden, notes = [], None, []
     if target_gguf or target_dir:
-        from ..target import tokenizer as tok
+        from ..target import info as tok
 
         target = tok.load_target(target_gguf, target_dir)
         notes = [*target.notes, *(tok.check_drafter_fits(target, cfg) or [])]
@@ -159,7 +159,7 @@ def retarget(
 def _attach_tokenizer(meta, target_gguf, target_dir, src) -> None:
     """Give a tokenizer-less drafter (e.g. a Lucebox file) the target's vocab, after checking
     that the target fits: same vocab size, hidden size = tap width / taps."""
-    from ..target import tokenizer as tok
+    from ..target import info as tok
 
     target = tok.load_target(target_gguf, target_dir)
     if meta.vocab_size is not None and meta.vocab_size != target.vocab_size:
