@@ -18,7 +18,7 @@ from ..formats import get_format
 from ..fileio.gguf_writer import TensorOut, WriteReport, write_gguf
 from .plan import ROPE_FREQS, ConversionPlan, TensorPlan, build_plan, llama3_rope_factors
 from ..fileio.safetensors import SourceTensor, iter_raw, read_inventory, to_f32
-from ..target.tokenizer import check_drafter_fits, load_target
+from ..target.info import check_drafter_fits, load_target
 
 
 @dataclass(frozen=True)

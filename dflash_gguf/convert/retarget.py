@@ -9,7 +9,7 @@ from ..errors import TargetError, UsageError
 from ..fileio.gguf_reader import read_gguf
 from ..fileio.gguf_writer import TensorOut, WriteReport, write_gguf
 from ..formats import Format, get_format, meta_from_gguf
-from ..target.tokenizer import load_target
+from ..target.info import load_target
 
 
 @dataclass(frozen=True)
