@@ -39,7 +39,8 @@ from gguf import GGUFValueType as T
 
 from ..config import DrafterConfig, load_target_config
 from ..errors import ConfigError, TargetError, UsageError
-from ..fileio.gguf_header import GGUFHeader, StringArray, raw_string, read_header
+from ..fileio.gguf_header import GGUFHeader, raw_string, read_header
+from ..fileio.string_array import StringArray
 from ..fileio.types import KV, kv_array, kv_bool, kv_str, kv_u32
 
 _HINT = "pass --target-gguf T.gguf (the target converted by llama.cpp) instead"
