@@ -11,7 +11,10 @@ from typing import Annotated, Any
 
 import typer
 
-from ..guards.checks import CheckReport, Severity, load_complete, planned_scan_bytes, run_checks
+from ..guards.deep_scan import planned_scan_bytes
+from ..guards.findings import CheckReport, Severity
+from ..guards.run import run_checks
+from ..guards.shards import load_complete
 from ..errors import EXIT_BASE, EXIT_FINDINGS, EXIT_PAIRING, EXIT_UNKNOWN, DflashError
 from ..guards.instruct import InstructVerdict, Verdict, classify
 from ._app import app

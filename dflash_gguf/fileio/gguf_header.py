@@ -5,7 +5,7 @@ fails with a numpy reshape error that names no tensor and no offset, and a hosti
 makes it allocate or loop for a long time. This reader follows safetensors' order instead:
 every length or count is checked against the bytes left in the file (and against a cap)
 *before* anything is read or allocated, and every failure is its own ``GGUFFormatError``
-subclass with a one-line message (what, where, how to fix).
+subclass (``header_errors``) with a one-line message (what, where, how to fix).
 
 Layout (little-endian; GGUF v2 and v3 share it, v1 used 32-bit counts and is refused):
     magic "GGUF" | u32 version | u64 n_tensors | u64 n_kv
@@ -22,18 +22,20 @@ import io
 import os
 import stat
 import struct
-from bisect import bisect_left
 from array import array
 from dataclasses import dataclass, field
 from functools import cached_property
 from itertools import repeat
 from pathlib import Path
-from typing import Any, BinaryIO, Iterator, Sequence
+from typing import Any, BinaryIO, Sequence
 
 import numpy as np
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFValueType
 
-from ..errors import GGUFFormatError, OutputError
+from ..errors import OutputError
+from .header_errors import (InvalidKVError, InvalidTensorInfoError, LimitError, NotGGUFError, TensorOverlapError,
+                            TruncatedError, UnsupportedVersionError)
+from .string_array import StringArray
 from .types import KV, TensorInfo
 
 MAGIC = b"GGUF"
@@ -70,126 +72,6 @@ def show(name: str, limit: int = 80) -> str:
     escaped (a corrupt length can make a "name" swallow half the header) and shortened."""
     s = "".join(c if c.isprintable() else repr(c)[1:-1] for c in name)
     return s if len(s) <= limit else s[: limit - 1] + "…"
-
-
-# --- errors: one class per failure, all GGUFFormatError (exit code 6) ----------------------
-
-class GGUFHeaderError(GGUFFormatError):
-    """A GGUF header cannot be trusted; ``offset`` is the byte where the problem is."""
-
-    def __init__(self, message: str, offset: int | None = None) -> None:
-        super().__init__(message)
-        self.offset = offset
-
-
-class NotGGUFError(GGUFHeaderError):
-    """The file does not start with the GGUF magic."""
-
-
-class UnsupportedVersionError(GGUFHeaderError):
-    """GGUF version 0, 1 (32-bit counts), newer than 3, or a big-endian file."""
-
-
-class TruncatedError(GGUFHeaderError):
-    """The file ends before a byte the header says must exist."""
-
-
-class LimitError(GGUFHeaderError):
-    """A count or length is beyond what any real file has (corrupt field)."""
-
-
-class InvalidKVError(GGUFHeaderError):
-    """A metadata pair is malformed: value type, empty or duplicate key, bad alignment."""
-
-
-class InvalidTensorInfoError(GGUFHeaderError):
-    """A tensor info is malformed: dims, type, block size, size overflow, offset, duplicate."""
-
-
-class TensorOverlapError(GGUFHeaderError):
-    """Two tensors' data ranges overlap."""
-
-
-# --- values ------------------------------------------------------------------------------
-
-class StringArray(Sequence[str]):
-    """A GGUF string array kept as raw bytes and decoded on access.
-
-    Walking a 150k-token vocabulary is needed for bounds checks, but decoding every token
-    is not: the raw bytes plus the start of each item make ``index()`` a C-speed search.
-    """
-
-    __slots__ = ("_raw", "_starts")
-
-    def __init__(self, raw: bytes, starts: array) -> None:
-        self._raw = raw        # the items, each still prefixed by its u64 length
-        self._starts = starts  # byte offset of each item's text inside ``raw``
-
-    def __len__(self) -> int:
-        return len(self._starts)
-
-    def item_bytes(self, i: int) -> bytes:
-        """Item ``i`` exactly as stored (tokens need not be valid UTF-8)."""
-        s = self._starts[i]
-        n = _U64.unpack_from(self._raw, s - 8)[0]
-        return self._raw[s:s + n]
-
-    def raw_items(self) -> list[bytes]:
-        """Every item exactly as stored."""
-        return [self.item_bytes(i) for i in range(len(self))]
-
-    def _item(self, i: int) -> str:
-        return self.item_bytes(i).decode("utf-8", errors="replace")
-
-    def __getitem__(self, i):  # type: ignore[override]
-        if isinstance(i, slice):
-            return [self._item(j) for j in range(*i.indices(len(self)))]
-        if i < 0:
-            i += len(self)
-        if not 0 <= i < len(self):
-            raise IndexError(i)
-        return self._item(i)
-
-    def __iter__(self) -> Iterator[str]:
-        return (self._item(i) for i in range(len(self)))
-
-    def index(self, value: str, start: int = 0, stop: int | None = None) -> int:  # type: ignore[override]
-        needle = _U64.pack(len(value.encode())) + value.encode()
-        pos = self._raw.find(needle)
-        while pos >= 0:
-            j = bisect_left(self._starts, pos + 8)
-            if j < len(self._starts) and self._starts[j] == pos + 8 and start <= j and (stop is None or j < stop):
-                return j
-            pos = self._raw.find(needle, pos + 1)
-        raise ValueError(f"{value!r} is not in the array")
-
-    def __contains__(self, value: object) -> bool:
-        if not isinstance(value, str):
-            return False
-        try:
-            self.index(value)
-        except ValueError:
-            return False
-        return True
-
-    def same_as(self, other: "StringArray") -> bool:
-        """Byte-identical arrays (two well-formed arrays with equal raw bytes are equal)."""
-        return len(self) == len(other) and self._raw == other._raw
-
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, StringArray):
-            return self.same_as(other)
-        if isinstance(other, (list, tuple)):
-            return len(other) == len(self) and all(a == b for a, b in zip(self, other))
-        return NotImplemented
-
-    __hash__ = None  # type: ignore[assignment]
-
-    def tolist(self) -> list[str]:
-        return list(self)
-
-    def __repr__(self) -> str:
-        return f"StringArray({len(self)} items)"
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ import numpy as np
 from gguf import GGMLQuantizationType, GGUFValueType, GGUFWriter
 
 from ..errors import OutputError
-from .gguf_header import StringArray
+from .string_array import StringArray
 from .types import KV
 
 Progress = Callable[[int], None]

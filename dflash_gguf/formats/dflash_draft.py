@@ -20,6 +20,14 @@ class DflashDraft(Format):
     fc_name = "dflash_fc.weight"
     hidden_norm_name = "dflash_hidden_norm.weight"
     pre_ffn_norm = "post_attention_norm.weight"
+    required_keys = (
+        ("{a}.dflash.target_layer_ids", "error", "the fork loaders require it"),
+        ("{a}.dflash.n_target_features", "error", "the fork loaders size dflash_fc from it"),
+        ("{a}.dflash.mask_token_id", "error", "ik_llama requires it; beellama's default 248070 is "
+                                              "only right for Qwen3.5/3.6"),
+        ("{a}.attention.layer_norm_rms_epsilon", "error", "the loaders require it"),
+        ("{a}.rope.freq_base", "warning", "falls back to 10,000: wrong RoPE, low acceptance"),
+    )
 
     def dflash_kvs(self, arch: str, meta: DrafterMeta) -> list[KV]:
         out = []

@@ -27,6 +27,13 @@ class Mainline(Format):
     hidden_norm_name = "enc.output_norm.weight"
     pre_ffn_norm = "ffn_norm.weight"
     supports_dflash2 = True
+    required_keys = (
+        ("{a}.target_layers", "error", "the loader throws 'DFlash model requires target_layers'"),
+        ("{a}.attention.layer_norm_rms_epsilon", "error", "the loader requires it"),
+        (MASK_KEY, "error", "the runtime takes the mask token from the vocab"),
+        ("{a}.rope.freq_base", "warning", "llama.cpp falls back to 10,000: wrong RoPE, low acceptance"),
+        ("{a}.block_size", "info", "the runtime assumes 16"),
+    )
 
     def dflash_kvs(self, arch: str, meta: DrafterMeta) -> list[KV]:
         out = []
@@ -61,6 +68,12 @@ class PR22105(Format):
     fc_name = "fc.weight"
     hidden_norm_name = "hidden_norm.weight"
     pre_ffn_norm = "ffn_norm.weight"
+    required_keys = (
+        ("{a}.target_layer_ids", "error", "the PR-branch loader requires it"),
+        ("{a}.mask_token_id", "error", "the PR-branch runtime reads the mask token here"),
+        ("{a}.attention.layer_norm_rms_epsilon", "error", "the loader requires it"),
+        ("{a}.rope.freq_base", "warning", "falls back to 10,000: wrong RoPE, low acceptance"),
+    )
 
     def dflash_kvs(self, arch: str, meta: DrafterMeta) -> list[KV]:
         out = [KV(f"{arch}.target_layer_ids", self.stored_taps(meta), T.ARRAY, T.INT32)]

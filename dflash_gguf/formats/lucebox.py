@@ -22,6 +22,12 @@ class Lucebox(Format):
     fc_name = "dflash.fc.weight"
     hidden_norm_name = "dflash.hidden_norm.weight"
     pre_ffn_norm = "ffn_norm.weight"
+    ignores_unknown_tensors = True
+    required_keys = (
+        ("{a}.attention.key_length", "error", "Lucebox uses it as head_dim"),
+        ("{a}.dflash.target_layer_ids", "error", "Lucebox captures these target layers"),
+        ("{a}.rope.freq_base", "warning", "Lucebox warns 'draft RoPE will be wrong'"),
+    )
 
     def arch(self, meta: DrafterMeta) -> str:
         return "gemma4-dflash-draft" if meta.flavor == "gemma4" else "qwen35-dflash-draft"

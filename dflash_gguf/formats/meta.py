@@ -17,7 +17,8 @@ from gguf import GGUFValueType
 
 from ..errors import GGUFFormatError, UsageError
 from ..fileio.types import KV
-from .names import BLK_RE, FC, GLOBAL_TENSORS, HIDDEN_NORM, LAYER_RE, LAYER_TENSORS, OPTIONAL_TENSORS, PRE_FFN_NORM
+from .names import (BLK_RE, DFLASH2_LAYER, FC, GLOBAL_TENSORS, HIDDEN_NORM, LAYER_RE, LAYER_TENSORS, OPTIONAL_TENSORS,
+                    PRE_FFN_NORM)
 
 T = GGUFValueType
 
@@ -76,6 +77,12 @@ class Format:
     pre_ffn_norm: str = "ffn_norm.weight"
     supports_dflash2: bool = False
     archs: tuple[str, ...] = ()
+    # What the loaders need, read by `check`: (key, level, why) with {a} = the arch; level
+    # "error" (the load fails), "warning" (a silent wrong default) or "info" (a known default).
+    required_keys: tuple[tuple[str, str, str], ...] = ()
+    required_hparams: tuple[str, ...] = ("block_count", "embedding_length", "feed_forward_length",
+                                         "attention.head_count", "attention.head_count_kv")  # under "<arch>."
+    ignores_unknown_tensors: bool = False  # else an extra tensor fails the load ("wrong number of tensors")
 
     # --- architecture and keys -------------------------------------------------------
     def arch(self, meta: DrafterMeta) -> str:
@@ -158,6 +165,16 @@ class Format:
                 if dst == rest:
                     return f"layers.{bid}.{src}"
         return None
+
+    def required_tensors(self, n_layers: int) -> list[str]:
+        """GGUF names the loaders need for an ``n_layers`` drafter: fc, hidden norm, output
+        norm, then each layer's weights and pre-FFN norm (biases, DFlash2 tensors and the
+        embeddings are optional)."""
+        per_layer = [g for src, g in LAYER_TENSORS.items() if src.endswith(".weight") and src not in DFLASH2_LAYER]
+        out = [self.fc_name, self.hidden_norm_name, GLOBAL_TENSORS["norm.weight"]]
+        for i in range(n_layers):
+            out += [f"blk.{i}.{g}" for g in per_layer] + [f"blk.{i}.{self.pre_ffn_norm}"]
+        return out
 
     def rename_from(self, other: "Format", gguf_name: str) -> str | None:
         src = other.source_name(gguf_name)

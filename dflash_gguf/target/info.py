@@ -21,7 +21,8 @@ from gguf import GGUFValueType as T
 
 from ..config import DrafterConfig, load_target_config
 from ..errors import ConfigError, TargetError, UsageError
-from ..fileio.gguf_header import GGUFHeader, StringArray, raw_string, read_header
+from ..fileio.gguf_header import GGUFHeader, raw_string, read_header
+from ..fileio.string_array import StringArray
 from ..fileio.types import KV, kv_u32
 from .hf_vocab import vocab_from_hf_dir
 from .keys import K_MASK_ID, K_MODEL, K_PRE, K_TOKENS

@@ -10,9 +10,10 @@ import pytest
 
 from dflash_gguf.fileio import gguf_header as gh
 from dflash_gguf.errors import GGUFFormatError, OutputError
-from dflash_gguf.fileio.gguf_header import (InvalidKVError, InvalidTensorInfoError, LimitError, NotGGUFError,
-                                     StringArray, TensorOverlapError, TruncatedError, UnsupportedVersionError,
-                                     parse_header_bytes, read_header)
+from dflash_gguf.fileio.gguf_header import parse_header_bytes, read_header
+from dflash_gguf.fileio.header_errors import (InvalidKVError, InvalidTensorInfoError, LimitError, NotGGUFError,
+                                              TensorOverlapError, TruncatedError, UnsupportedVersionError)
+from dflash_gguf.fileio.string_array import StringArray
 
 GUARDS = Path(__file__).resolve().parents[2] / "fixtures" / "guards"
 U32, U64, I64 = (lambda v: struct.pack("<I", v)), (lambda v: struct.pack("<Q", v)), (lambda v: struct.pack("<q", v))
