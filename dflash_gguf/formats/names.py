@@ -61,10 +61,6 @@ TARGET_LAYER_TENSORS: dict[str, str] = {
 TARGET_GLOBAL_TENSORS: dict[str, str] = {
     "model.embed_tokens.weight": "token_embd.weight", "model.norm.weight": "output_norm.weight",
     "lm_head.weight": "output.weight"}
-# GGUF per-layer base names (no ".weight"/".bias") every drafter layer may carry.
-LAYER_BASES: tuple[str, ...] = tuple(dict.fromkeys(
-    v.rsplit(".", 1)[0] if v.endswith((".weight", ".bias")) else v for v in LAYER_TENSORS.values()))
-
 LAYER_RE = re.compile(r"^layers\.(\d+)\.(.+)$")
 BLK_RE = re.compile(r"^blk\.(\d+)\.(.+)$")
 
