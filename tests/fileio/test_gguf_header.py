@@ -16,6 +16,7 @@ from dflash_gguf.fileio.header_errors import (InvalidKVError, InvalidTensorInfoE
 from dflash_gguf.fileio.string_array import StringArray
 
 GUARDS = Path(__file__).resolve().parents[2] / "fixtures" / "guards"
+from tests.conftest import GUARD_FIXTURES  # noqa: E402
 U32, U64, I64 = (lambda v: struct.pack("<I", v)), (lambda v: struct.pack("<Q", v)), (lambda v: struct.pack("<q", v))
 STR, ARR = 8, 9
 
@@ -53,7 +54,7 @@ def err(data: bytes, cls=GGUFFormatError) -> str:
 # --- a good file --------------------------------------------------------------------------
 
 def test_matches_gguf_reader_on_every_fixture():
-    for path in sorted(GUARDS.glob("*.gguf")):
+    for path in GUARD_FIXTURES:
         h = read_header(path)
         r = gguf.GGUFReader(path)
         fields = {k: f for k, f in r.fields.items() if not k.startswith("GGUF.")}

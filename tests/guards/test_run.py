@@ -11,10 +11,11 @@ import numpy as np
 import pytest
 
 from dflash_gguf.fileio.gguf_header import read_header
+from tests.conftest import GUARD_FIXTURES
 from tests.guards.conftest import DRAFTER, GUARDS, QWEN, SHARD1, SHARD2, offset_field, patch_u64
 
 
-@pytest.mark.parametrize("path", sorted(GUARDS.glob("*.gguf")), ids=lambda p: p.name)
+@pytest.mark.parametrize("path", GUARD_FIXTURES, ids=lambda p: p.name)
 def test_every_fixture_is_clean(cli, path):
     rc, out, _ = cli("check", path, "--deep", "--no-progress")
     assert rc == 0, out
