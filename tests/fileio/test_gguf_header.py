@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from dflash_gguf.fileio import gguf_header as gh
+from dflash_gguf.fileio import header_records
 from dflash_gguf.errors import GGUFFormatError, OutputError
 from dflash_gguf.fileio.gguf_header import parse_header_bytes, read_header
 from dflash_gguf.fileio.header_errors import (InvalidKVError, InvalidTensorInfoError, LimitError, NotGGUFError,
@@ -114,7 +115,7 @@ def test_big_vocab_across_buffer_refills(monkeypatch, tmp_path, minimal_reads):
     w.add_token_merges([f"{t} {t}" for t in toks[:500]])
     w.add_tensor("t", np.zeros(4, np.float32))
     w.write_header_to_file(); w.write_kv_data_to_file(); w.write_tensors_to_file(); w.close()
-    monkeypatch.setattr(gh, "_FIRST_READ", 64)
+    monkeypatch.setattr(header_records, "_FIRST_READ", 64)
     if minimal_reads:
         def fill(self, end):
             self.buf += self.f.read(end - len(self.buf))
