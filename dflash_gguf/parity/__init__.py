@@ -10,5 +10,6 @@ from .logits import logit_parity  # noqa: F401
 from .options import ParityOptions  # noqa: F401
 from .prompts import read_prompts_file, tokenize  # noqa: F401
 from .report import ParityReport, PromptReport, RunSummary, Stat  # noqa: F401
-from .run import ParityFailure, run_parity  # noqa: F401
+from ..errors import ParityFailure  # noqa: F401  (raised by the CLI when the lossless check fails)
+from .run import run_parity  # noqa: F401
 from .target import quantize_target_weights  # noqa: F401

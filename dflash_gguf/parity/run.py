@@ -13,7 +13,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any, Sequence
 
-from ..errors import ParityFailure, UsageError  # noqa: F401  (ParityFailure: part of the package's API)
+from ..errors import UsageError
 from .dumps import compare_dumps, dump_prompt, write_index
 from .emulate import load_emulated
 from .logits import logit_parity

@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 import numpy as np
-from gguf import GGMLQuantizationType as Q
 
 from ..errors import UsageError
 from ..fileio.gguf_reader import GGUFFile, read_gguf
