@@ -16,21 +16,12 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
+from .rope import RopeScaling, parse_rope
 
 DFLASH1_ARCH = "DFlashDraftModel"
 DFLASH2_ARCH = "DFlash2DraftModel"
 SUPPORTED_ARCHS = (DFLASH1_ARCH, DFLASH2_ARCH)
 LAYER_TYPES = ("sliding_attention", "full_attention")
-
-
-@dataclass(frozen=True)
-class RopeScaling:
-    """RoPE scaling as transformers spells it; ``params`` keeps every numeric field verbatim."""
-
-    type: str  # "yarn" | "linear" | "llama3" | "dynamic" | "longrope" ...
-    factor: float | None
-    original_context_length: int | None
-    params: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -122,7 +113,7 @@ def load_config(drafter_dir: str | Path) -> DrafterConfig:
 
 def parse_config(raw: dict[str, Any], cfg_path: Path) -> DrafterConfig:
     """Resolve a parsed config dict (see load_config)."""
-    r = _Resolver(raw, cfg_path)
+    r = Resolver(raw, cfg_path)
 
     archs = raw.get("architectures") or []
     arch = next((a for a in archs if a in SUPPORTED_ARCHS), None)
@@ -140,7 +131,8 @@ def parse_config(raw: dict[str, Any], cfg_path: Path) -> DrafterConfig:
     if n_head % n_kv != 0:
         raise ConfigError(f"{cfg_path}: num_attention_heads={n_head} is not a multiple of num_key_value_heads={n_kv}")
 
-    rope_theta, rope_scaling, partial = _resolve_rope(r)
+    rope = parse_rope(raw, cfg_path)
+    r.sources.update(rope.sources)
 
     mask = r.knob_int("mask_token_id", required=True)
     vocab = r.top_int("vocab_size")
@@ -192,9 +184,9 @@ def parse_config(raw: dict[str, Any], cfg_path: Path) -> DrafterConfig:
         rms_norm_eps=eps,
         max_position_embeddings=r.top_int("max_position_embeddings", required=False),
         vocab_size=vocab,
-        rope_theta=rope_theta,
-        rope_scaling=rope_scaling,
-        partial_rotary_factor=partial,
+        rope_theta=rope.theta,
+        rope_scaling=rope.scaling,
+        partial_rotary_factor=rope.partial_rotary_factor,
         mask_token_id=mask,
         target_layer_ids=taps,
         block_size=block_size,
@@ -216,7 +208,7 @@ def parse_config(raw: dict[str, Any], cfg_path: Path) -> DrafterConfig:
     )
 
 
-class _Resolver:
+class Resolver:
     """Typed lookups that remember where each value came from."""
 
     def __init__(self, raw: dict[str, Any], path: Path):
@@ -282,67 +274,6 @@ def _coerce(value: Any, kind: type, where: str, path: Path) -> Any:
     return value
 
 
-def _resolve_rope(r: _Resolver) -> tuple[float, RopeScaling | None, float | None]:
-    """Theta from ``rope_parameters.rope_theta`` then top-level ``rope_theta``; never a default.
-
-    Baking a default theta is the bug that silently collapsed long-context acceptance in
-    earlier converters (Qwen3.6 publishes theta only under rope_parameters).
-    """
-    params = r.raw.get("rope_parameters")
-    if params is not None and not isinstance(params, dict):
-        raise ConfigError(f"{r.path}: rope_parameters must be an object")
-    params = params or {}
-    # Per-layer-type rope (Gemma style) keeps the full-attention entry as the drafter's rope.
-    if isinstance(params.get("full_attention"), dict):
-        params = params["full_attention"]
-    if params.get("rope_theta") is not None:
-        value, source = params["rope_theta"], "rope_parameters.rope_theta"
-    elif r.raw.get("rope_theta") is not None:
-        value, source = r.raw["rope_theta"], "config.rope_theta"
-    else:
-        raise ConfigError(
-            f"{r.path}: no RoPE theta (looked for rope_parameters.rope_theta and top-level rope_theta); "
-            "add the value the drafter was trained with — guessing one silently ruins acceptance"
-        )
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-        raise ConfigError(f"{r.path}: {source} = {value!r} is not a positive finite number; fix config.json")
-    r.sources["rope_theta"] = source
-    theta = float(value)
-
-    scaling_src = params if params.get("rope_type") not in (None, "default") else (r.raw.get("rope_scaling") or {})
-    if not isinstance(scaling_src, dict):
-        raise ConfigError(f"{r.path}: rope_scaling must be an object or null")
-    rope_type = scaling_src.get("rope_type", scaling_src.get("type"))
-    scaling = None
-    if rope_type not in (None, "default"):
-        factor = scaling_src.get("factor")
-        if rope_type in ("linear", "yarn", "llama3", "dynamic") and factor is None:
-            raise ConfigError(f"{r.path}: rope scaling type {rope_type!r} has no factor")
-        orig = scaling_src.get("original_max_position_embeddings")
-        if rope_type in ("yarn", "llama3") and orig is None:
-            raise ConfigError(
-                f"{r.path}: rope scaling {rope_type!r} needs original_max_position_embeddings; add it to config.json"
-            )
-        numeric = {
-            k: float(v) for k, v in scaling_src.items()
-            if isinstance(v, (int, float)) and not isinstance(v, bool) and k != "rope_theta"
-        }
-        scaling = RopeScaling(
-            type=str(rope_type),
-            factor=None if factor is None else float(factor),
-            original_context_length=None if orig is None else int(orig),
-            params=numeric,
-        )
-        r.sources["rope_scaling"] = "rope_parameters" if scaling_src is params else "config.rope_scaling"
-
-    partial = params.get("partial_rotary_factor", r.raw.get("partial_rotary_factor"))
-    if partial is not None:
-        partial = float(partial)
-        if not 0 < partial <= 1:
-            raise ConfigError(f"{r.path}: partial_rotary_factor={partial} must be in (0, 1]")
-    return theta, scaling, partial
-
-
 def build_target_layer_ids(num_target_layers: int, num_draft_layers: int) -> tuple[int, ...]:
     """The reference's fallback: spread taps evenly over [1, num_target_layers - 3]."""
     if num_draft_layers == 1:
@@ -352,7 +283,7 @@ def build_target_layer_ids(num_target_layers: int, num_draft_layers: int) -> tup
     return tuple(int(round(start + (i * span) / (num_draft_layers - 1))) for i in range(num_draft_layers))
 
 
-def _resolve_taps(r: _Resolver, num_target_layers: int | None, n_layers: int) -> tuple[int, ...]:
+def _resolve_taps(r: Resolver, num_target_layers: int | None, n_layers: int) -> tuple[int, ...]:
     value, source = r._lookup("target_layer_ids", nested=True)
     if value is None:
         if num_target_layers is None:
@@ -383,7 +314,7 @@ def _resolve_taps(r: _Resolver, num_target_layers: int | None, n_layers: int) ->
     return tuple(value)
 
 
-def _resolve_swa(r: _Resolver, n_layers: int) -> tuple[tuple[str, ...] | None, bool, int | None]:
+def _resolve_swa(r: Resolver, n_layers: int) -> tuple[tuple[str, ...] | None, bool, int | None]:
     layer_types = r.raw.get("layer_types")
     if layer_types is not None:
         if not isinstance(layer_types, list) or len(layer_types) != n_layers:
@@ -412,97 +343,3 @@ def _resolve_swa(r: _Resolver, n_layers: int) -> tuple[tuple[str, ...] | None, b
     if effective is not None:
         r.sources["sliding_window"] = "dflash_config.swa_window_size" if r.dflash.get("swa_window_size") else "config.sliding_window"
     return layer_types, use_swa, effective
-
-
-@dataclass(frozen=True)
-class TargetConfig:
-    """What the tools need from a target model's config.json (``text_config`` flattened)."""
-
-    path: Path
-    architecture: str
-    model_type: str
-    hidden_size: int
-    num_hidden_layers: int
-    vocab_size: int
-    intermediate_size: int | None
-    num_attention_heads: int | None
-    num_key_value_heads: int | None
-    head_dim: int | None
-    rms_norm_eps: float | None
-    rope_theta: float | None
-    rope_scaling: RopeScaling | None
-    max_position_embeddings: int | None
-    tie_word_embeddings: bool
-    attention_bias: bool
-    bos_token_id: int | None
-    eos_token_id: int | tuple[int, ...] | None
-    raw: dict[str, Any] = field(default_factory=dict, repr=False)
-
-
-def load_target_config(target_dir: str | Path) -> TargetConfig:
-    """Read a Hugging Face target's config.json; multimodal ``text_config`` nesting is flattened.
-
-    Raises:
-        ConfigError: missing file, bad JSON, or missing hidden_size / num_hidden_layers / vocab_size.
-    """
-    path = Path(target_dir)
-    cfg_path = path / "config.json" if path.is_dir() else path
-    if not cfg_path.is_file():
-        raise ConfigError(f"{cfg_path}: target config.json not found (--target-dir must be a Hugging Face model dir)")
-    try:
-        top = json.loads(cfg_path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ConfigError(f"{cfg_path}: not valid JSON ({exc})") from None
-    if not isinstance(top, dict):
-        raise ConfigError(f"{cfg_path}: top level must be a JSON object")
-    return parse_target_config(top, cfg_path)
-
-
-def parse_target_config(top: dict[str, Any], cfg_path: Path) -> TargetConfig:
-    """Resolve a parsed target config dict (see load_target_config)."""
-    text = top.get("text_config")
-    raw = {**top, **text} if isinstance(text, dict) else dict(top)
-    r = _Resolver(raw, cfg_path)
-    hidden = r.top_int("hidden_size")
-    n_head = r.top_int("num_attention_heads", required=False)
-    head_dim = r.top_int("head_dim", required=False)
-    if head_dim is None and n_head:
-        head_dim = hidden // n_head
-    params = raw.get("rope_parameters") if isinstance(raw.get("rope_parameters"), dict) else {}
-    if isinstance(params.get("full_attention"), dict):
-        params = params["full_attention"]
-    theta = params.get("rope_theta", raw.get("rope_theta"))
-    scaling = None
-    scaling_src = params if params.get("rope_type") not in (None, "default") else (raw.get("rope_scaling") or {})
-    if isinstance(scaling_src, dict) and scaling_src.get("rope_type", scaling_src.get("type")) not in (None, "default"):
-        orig = scaling_src.get("original_max_position_embeddings")
-        scaling = RopeScaling(
-            type=str(scaling_src.get("rope_type", scaling_src.get("type"))),
-            factor=None if scaling_src.get("factor") is None else float(scaling_src["factor"]),
-            original_context_length=None if orig is None else int(orig),
-            params={k: float(v) for k, v in scaling_src.items()
-                    if isinstance(v, (int, float)) and not isinstance(v, bool) and k != "rope_theta"},
-        )
-    archs = top.get("architectures") or [""]
-    eos = raw.get("eos_token_id")
-    return TargetConfig(
-        path=cfg_path,
-        architecture=str(archs[0]),
-        model_type=str(raw.get("model_type", "")),
-        hidden_size=hidden,
-        num_hidden_layers=r.top_int("num_hidden_layers"),
-        vocab_size=r.top_int("vocab_size"),
-        intermediate_size=r.top_int("intermediate_size", required=False),
-        num_attention_heads=n_head,
-        num_key_value_heads=r.top_int("num_key_value_heads", required=False, default=n_head),
-        head_dim=head_dim,
-        rms_norm_eps=r.top_float("rms_norm_eps", required=False),
-        rope_theta=None if theta is None else float(theta),
-        rope_scaling=scaling,
-        max_position_embeddings=r.top_int("max_position_embeddings", required=False),
-        tie_word_embeddings=bool(raw.get("tie_word_embeddings", False)),
-        attention_bias=bool(raw.get("attention_bias", False)),
-        bos_token_id=raw.get("bos_token_id"),
-        eos_token_id=tuple(eos) if isinstance(eos, list) else eos,
-        raw=raw,
-    )

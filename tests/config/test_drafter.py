@@ -1,23 +1,12 @@
-import json
 import math
 
 import pytest
 
-from dflash_gguf.config import build_target_layer_ids, load_config, load_target_config
+from dflash_gguf.config import build_target_layer_ids, load_config
 from dflash_gguf.errors import ConfigError
 
-from tests.conftest import BROKEN, DRAFTERS, TARGETS
-
-
-def write_cfg(tmp_path, cfg):
-    (tmp_path / "config.json").write_text(json.dumps(cfg))
-    return tmp_path
-
-
-def flat(**over):
-    cfg = json.loads((DRAFTERS / "qwen3-flat" / "config.json").read_text())
-    cfg.update(over)
-    return cfg
+from tests.conftest import BROKEN, DRAFTERS
+from tests.config.helpers import flat, write_cfg
 
 
 def test_flat_schema_resolves_top_level_knobs():
@@ -47,26 +36,12 @@ def test_dflash2_knobs_and_gemma_extras():
 
 
 @pytest.mark.parametrize("name,needle", [
-    ("no-theta", "no RoPE theta"),
-    ("nan-theta", "not a positive finite number"),
     ("no-mask", "mask_token_id"),
     ("taps-beyond-target", "contains 7 but the target has only num_target_layers=5"),
 ])
 def test_broken_configs_fail_loudly(name, needle):
     with pytest.raises(ConfigError, match=needle):
         load_config(BROKEN / name)
-
-
-@pytest.mark.parametrize("theta", [0, -1.0, float("inf"), "1e6", True])
-def test_bad_theta_values(tmp_path, theta):
-    cfg = flat(rope_theta=theta)
-    with pytest.raises(ConfigError, match="rope_theta"):
-        load_config(write_cfg(tmp_path, cfg))
-
-
-def test_nested_theta_wins_over_top_level(tmp_path):
-    cfg = flat(rope_theta=1e6, rope_parameters={"rope_theta": 5e6, "rope_type": "default"})
-    assert load_config(write_cfg(tmp_path, cfg)).rope_theta == 5e6
 
 
 def test_block_size_default_is_warned(tmp_path):
@@ -87,15 +62,6 @@ def test_missing_taps_use_reference_fallback_with_warning(tmp_path):
     assert build_target_layer_ids(64, 1) == (32,)
 
 
-def test_yarn_scaling_needs_original_context(tmp_path):
-    cfg = flat(rope_scaling={"rope_type": "yarn", "factor": 4.0})
-    with pytest.raises(ConfigError, match="original_max_position_embeddings"):
-        load_config(write_cfg(tmp_path, cfg))
-    cfg["rope_scaling"]["original_max_position_embeddings"] = 4096
-    c = load_config(write_cfg(tmp_path, cfg))
-    assert c.rope_scaling.type == "yarn" and c.rope_scaling.factor == 4.0
-
-
 @pytest.mark.parametrize("over,needle", [
     ({"layer_types": ["sliding_attention"]}, "one entry per layer"),
     ({"layer_types": ["sliding_attention", "moe"]}, "unknown entries"),
@@ -114,12 +80,3 @@ def test_not_json_and_missing(tmp_path):
         load_config(tmp_path)
     with pytest.raises(ConfigError, match="not found"):
         load_config(tmp_path / "absent")
-
-
-def test_target_config_flattens_text_config(tmp_path):
-    cfg = {"architectures": ["Gemma3ForConditionalGeneration"], "model_type": "gemma3",
-           "text_config": {"hidden_size": 128, "num_hidden_layers": 7, "vocab_size": 1000, "rope_theta": 1e6}}
-    t = load_target_config(write_cfg(tmp_path, cfg))
-    assert (t.hidden_size, t.num_hidden_layers, t.vocab_size) == (128, 7, 1000)
-    q = load_target_config(TARGETS / "qwen3-tiny")
-    assert q.num_hidden_layers == 5 and q.hidden_size == 64
