@@ -10,13 +10,13 @@ Required values have no default: a missing one raises ConfigError naming the key
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
 from .rope import RopeScaling, parse_rope
+from .values import INT32_MAX, MAX_LAYERS, coerce, flag
 
 DFLASH1_ARCH = "DFlashDraftModel"
 DFLASH2_ARCH = "DFlash2DraftModel"
@@ -104,7 +104,7 @@ def load_config(drafter_dir: str | Path) -> DrafterConfig:
         raise ConfigError(f"{cfg_path}: not found (expected the drafter's config.json next to its safetensors)")
     try:
         raw = json.loads(cfg_path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except (OSError, ValueError, RecursionError) as exc:  # ValueError: bad JSON/UTF-8, ints over 4300 digits
         raise ConfigError(f"{cfg_path}: not valid JSON ({exc}); re-download the config") from None
     if not isinstance(raw, dict):
         raise ConfigError(f"{cfg_path}: top level must be a JSON object")
@@ -116,15 +116,17 @@ def parse_config(raw: dict[str, Any], cfg_path: Path) -> DrafterConfig:
     r = Resolver(raw, cfg_path)
 
     archs = raw.get("architectures") or []
+    if not isinstance(archs, list):
+        raise ConfigError(f"{cfg_path}: architectures must be a list of class names, got {archs!r:.80}")
     arch = next((a for a in archs if a in SUPPORTED_ARCHS), None)
     if arch is None:
         raise ConfigError(
-            f"{cfg_path}: architectures={archs!r} is not a DFlash drafter "
+            f"{cfg_path}: architectures={archs!r:.80} is not a DFlash drafter "
             f"(expected one of {', '.join(SUPPORTED_ARCHS)})"
         )
 
     hidden = r.top_int("hidden_size")
-    n_layers = r.top_int("num_hidden_layers")
+    n_layers = r.top_int("num_hidden_layers", hi=MAX_LAYERS)
     n_head = r.top_int("num_attention_heads")
     n_kv = r.top_int("num_key_value_heads", default=n_head)
     head_dim = r.top_int("head_dim", default=hidden // n_head if n_head else None)
@@ -134,15 +136,15 @@ def parse_config(raw: dict[str, Any], cfg_path: Path) -> DrafterConfig:
     rope = parse_rope(raw, cfg_path)
     r.sources.update(rope.sources)
 
-    mask = r.knob_int("mask_token_id", required=True)
+    mask = r.knob_int("mask_token_id", required=True, lo=0)
     vocab = r.top_int("vocab_size")
     if not 0 <= mask < vocab:
         raise ConfigError(f"{cfg_path}: mask_token_id={mask} is outside the vocabulary (vocab_size={vocab})")
 
-    num_target_layers = r.top_int("num_target_layers", required=False)
+    num_target_layers = r.top_int("num_target_layers", required=False, hi=MAX_LAYERS)
     taps = _resolve_taps(r, num_target_layers, n_layers)
 
-    block_size = r.knob_int("block_size", default=16)
+    block_size = r.knob_int("block_size", default=16, lo=None)
     if block_size < 2:
         raise ConfigError(f"{cfg_path}: block_size={block_size} must be at least 2 (1 anchor + drafted tokens)")
 
@@ -154,8 +156,7 @@ def parse_config(raw: dict[str, Any], cfg_path: Path) -> DrafterConfig:
         r.sources["is_causal"] = "dflash_config.causal"
     elif is_causal is not None:
         r.sources["is_causal"] = "config.is_causal"
-    if is_causal is not None and not isinstance(is_causal, bool):
-        raise ConfigError(f"{cfg_path}: is_causal must be true or false, got {is_causal!r}")
+    is_causal = flag(is_causal, "is_causal", cfg_path)
 
     softcap = r.knob_float("final_logit_softcapping")
     if softcap is not None and softcap <= 0:
@@ -171,10 +172,15 @@ def parse_config(raw: dict[str, Any], cfg_path: Path) -> DrafterConfig:
             )
 
     eps = r.top_float("rms_norm_eps")
+    if r.dflash.get("attention_value_scale") is not None:  # the formats write it as a float32 as is
+        coerce(r.dflash["attention_value_scale"], float, "dflash_config.attention_value_scale", cfg_path)
+    model_type = raw.get("model_type")
+    if model_type is not None and not isinstance(model_type, str):
+        raise ConfigError(f"{cfg_path}: model_type must be a string, got {model_type!r:.80}")
     return DrafterConfig(
         path=cfg_path,
         architecture=arch,
-        model_type=str(raw.get("model_type", "qwen3")),
+        model_type=model_type or "qwen3",
         hidden_size=hidden,
         intermediate_size=r.top_int("intermediate_size"),
         num_hidden_layers=n_layers,
@@ -196,11 +202,11 @@ def parse_config(raw: dict[str, Any], cfg_path: Path) -> DrafterConfig:
         use_sliding_window=use_swa,
         sliding_window=window,
         is_causal=is_causal,
-        attention_bias=bool(raw.get("attention_bias", False)),
+        attention_bias=bool(flag(raw.get("attention_bias"), "attention_bias", cfg_path)),
         final_logit_softcapping=softcap,
         input_embedding_scale=r.knob_float("input_embedding_scale"),
         output_multiplier=r.knob_float("output_multiplier"),
-        tie_word_embeddings=raw.get("tie_word_embeddings"),
+        tie_word_embeddings=flag(raw.get("tie_word_embeddings"), "tie_word_embeddings", cfg_path),
         sources=dict(r.sources),
         warnings=tuple(r.warnings),
         raw=raw,
@@ -209,7 +215,7 @@ def parse_config(raw: dict[str, Any], cfg_path: Path) -> DrafterConfig:
 
 
 class Resolver:
-    """Typed lookups that remember where each value came from."""
+    """Typed lookups that remember where each value came from (integers default to >= 1)."""
 
     def __init__(self, raw: dict[str, Any], path: Path):
         self.raw = raw
@@ -228,7 +234,7 @@ class Resolver:
             return self.raw[name], f"config.{name}"
         return None, None
 
-    def _get(self, name: str, nested: bool, required: bool, default: Any, kind: type) -> Any:
+    def _get(self, name: str, nested: bool, required: bool, default: Any, kind: type, **bounds) -> Any:
         value, source = self._lookup(name, nested)
         if value is None:
             if default is not None:
@@ -239,39 +245,24 @@ class Resolver:
                 raise ConfigError(f"{self.path}: required key {where} is missing; add it to config.json")
             return None
         self.sources[name] = source
-        return _coerce(value, kind, source, self.path)
+        return coerce(value, kind, source, self.path, **bounds)
 
-    def top_int(self, name: str, required: bool = True, default: int | None = None) -> int:
-        return self._get(name, False, required, default, int)
+    def top_int(self, name: str, required: bool = True, default: int | None = None,
+                lo: int | None = 1, hi: int = INT32_MAX) -> int:
+        return self._get(name, False, required, default, int, lo=lo, hi=hi)
 
     def top_float(self, name: str, required: bool = True, default: float | None = None) -> float:
         return self._get(name, False, required, default, float)
 
-    def knob_int(self, name: str, required: bool = False, default: int | None = None) -> int | None:
-        value = self._get(name, True, required, default, int)
+    def knob_int(self, name: str, required: bool = False, default: int | None = None,
+                 lo: int | None = 1) -> int | None:
+        value = self._get(name, True, required, default, int, lo=lo)
         if self.sources.get(name) == "default":
             self.warnings.append(f"{name} not in config; using the reference default {default}")
         return value
 
     def knob_float(self, name: str) -> float | None:
         return self._get(name, True, False, None, float)
-
-
-def _coerce(value: Any, kind: type, where: str, path: Path) -> Any:
-    if isinstance(value, bool):
-        raise ConfigError(f"{path}: {where} must be a number, got {value!r}")
-    if kind is int:
-        if isinstance(value, float) and value.is_integer():
-            return int(value)
-        if not isinstance(value, int):
-            raise ConfigError(f"{path}: {where} must be an integer, got {value!r}")
-        return value
-    if not isinstance(value, (int, float)):
-        raise ConfigError(f"{path}: {where} must be a number, got {value!r}")
-    value = float(value)
-    if not math.isfinite(value):
-        raise ConfigError(f"{path}: {where} is {value}; fix config.json")
-    return value
 
 
 def build_target_layer_ids(num_target_layers: int, num_draft_layers: int) -> tuple[int, ...]:
@@ -292,6 +283,12 @@ def _resolve_taps(r: Resolver, num_target_layers: int | None, n_layers: int) -> 
                 "add the target layer ids the drafter was trained on"
             )
         taps = build_target_layer_ids(num_target_layers, n_layers)
+        if len(set(taps)) != len(taps) or not all(0 <= i < num_target_layers for i in taps):
+            raise ConfigError(
+                f"{r.path}: the reference's fallback target_layer_ids for num_target_layers={num_target_layers} "
+                f"and {n_layers} drafter layers would be {list(taps)} (repeated or outside the target); "
+                "add dflash_config.target_layer_ids"
+            )
         r.sources["target_layer_ids"] = "computed from num_target_layers (reference fallback)"
         r.warnings.append(
             f"target_layer_ids missing: using the reference's computed fallback {list(taps)}; "
@@ -299,7 +296,7 @@ def _resolve_taps(r: Resolver, num_target_layers: int | None, n_layers: int) -> 
         )
         return taps
     if not isinstance(value, list) or not value or not all(isinstance(i, int) and not isinstance(i, bool) for i in value):
-        raise ConfigError(f"{r.path}: {source} must be a non-empty list of integers, got {value!r}")
+        raise ConfigError(f"{r.path}: {source} must be a non-empty list of integers, got {value!r:.80}")
     r.sources["target_layer_ids"] = source
     for i in value:
         if i < 0:
@@ -309,6 +306,8 @@ def _resolve_taps(r: Resolver, num_target_layers: int | None, n_layers: int) -> 
                 f"{r.path}: {source} contains {i} but the target has only num_target_layers={num_target_layers} "
                 f"layers (valid ids 0..{num_target_layers - 1})"
             )
+        if i >= MAX_LAYERS:
+            raise ConfigError(f"{r.path}: {source} contains {i}; no real target has {MAX_LAYERS:,} layers")
     if len(set(value)) != len(value):
         raise ConfigError(f"{r.path}: {source} has duplicate ids {value}")
     return tuple(value)
@@ -319,17 +318,18 @@ def _resolve_swa(r: Resolver, n_layers: int) -> tuple[tuple[str, ...] | None, bo
     if layer_types is not None:
         if not isinstance(layer_types, list) or len(layer_types) != n_layers:
             raise ConfigError(
-                f"{r.path}: layer_types must list one entry per layer ({n_layers}), got {layer_types!r}"
+                f"{r.path}: layer_types must list one entry per layer ({n_layers}), got {layer_types!r:.80}"
             )
         bad = [t for t in layer_types if t not in LAYER_TYPES]
         if bad:
             raise ConfigError(f"{r.path}: layer_types has unknown entries {bad}; allowed: {', '.join(LAYER_TYPES)}")
         layer_types = tuple(layer_types)
 
-    use_swa = bool(r.raw.get("use_sliding_window", False) or r.dflash.get("use_swa", False))
+    use_swa = bool(flag(r.raw.get("use_sliding_window"), "use_sliding_window", r.path)
+                   or flag(r.dflash.get("use_swa"), "dflash_config.use_swa", r.path))
     window = r.dflash.get("swa_window_size") or r.raw.get("sliding_window")
     if window is not None:
-        window = _coerce(window, int, "sliding_window", r.path)
+        window = coerce(window, int, "sliding_window", r.path, lo=None)
         if window <= 0:
             raise ConfigError(f"{r.path}: sliding_window={window} must be positive")
     has_sliding = layer_types is not None and "sliding_attention" in layer_types

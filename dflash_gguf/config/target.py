@@ -52,7 +52,7 @@ def load_target_config(target_dir: str | Path) -> TargetConfig:
         raise ConfigError(f"{cfg_path}: target config.json not found (--target-dir must be a Hugging Face model dir)")
     try:
         top = json.loads(cfg_path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except (OSError, ValueError, RecursionError) as exc:  # ValueError: bad JSON/UTF-8, ints over 4300 digits
         raise ConfigError(f"{cfg_path}: not valid JSON ({exc})") from None
     if not isinstance(top, dict):
         raise ConfigError(f"{cfg_path}: top level must be a JSON object")
@@ -71,6 +71,8 @@ def parse_target_config(top: dict[str, Any], cfg_path: Path) -> TargetConfig:
         head_dim = hidden // n_head
     rope = parse_rope(raw, cfg_path, required=False)
     archs = top.get("architectures") or [""]
+    if not isinstance(archs, list):
+        raise ConfigError(f"{cfg_path}: architectures must be a list of class names, got {archs!r:.80}")
     eos = raw.get("eos_token_id")
     return TargetConfig(
         path=cfg_path,
