@@ -180,7 +180,7 @@ def parse_config(raw: dict[str, Any], cfg_path: Path) -> DrafterConfig:
     return DrafterConfig(
         path=cfg_path,
         architecture=arch,
-        model_type=model_type or "qwen3",
+        model_type="qwen3" if model_type is None else model_type,
         hidden_size=hidden,
         intermediate_size=r.top_int("intermediate_size"),
         num_hidden_layers=n_layers,
@@ -286,7 +286,7 @@ def _resolve_taps(r: Resolver, num_target_layers: int | None, n_layers: int) -> 
         if len(set(taps)) != len(taps) or not all(0 <= i < num_target_layers for i in taps):
             raise ConfigError(
                 f"{r.path}: the reference's fallback target_layer_ids for num_target_layers={num_target_layers} "
-                f"and {n_layers} drafter layers would be {list(taps)} (repeated or outside the target); "
+                f"and {n_layers} drafter layers would be {list(taps)!s:.80} (repeated or outside the target); "
                 "add dflash_config.target_layer_ids"
             )
         r.sources["target_layer_ids"] = "computed from num_target_layers (reference fallback)"

@@ -97,7 +97,8 @@ def _read_index(index: Path) -> dict[str, str]:
         if not name.isprintable():
             raise WeightsError(f"{index}: tensor name {name!r} has control characters; re-download the index")
         # Shards sit beside the index (as transformers loads them); nothing may point elsewhere.
-        if not isinstance(shard, str) or not shard or Path(shard).is_absolute() or ".." in Path(shard).parts:
+        if (not isinstance(shard, str) or not shard or not shard.isprintable() or Path(shard).is_absolute()
+                or ".." in Path(shard).parts):
             raise WeightsError(
                 f"{index}: weight_map[{name!r}] = {shard!r:.80} is not a shard file name beside the index; re-download it"
             )

@@ -155,6 +155,7 @@ def test_unreadable_file_is_an_output_error(tmp_path):
     ({"weight_map": {"a": "../other/model.safetensors"}}, "is not a shard file name beside the index"),
     ({"weight_map": {"a": "/etc/passwd"}}, "is not a shard file name beside the index"),
     ({"weight_map": {"a\rb": "s.safetensors"}}, "tensor name 'a\\\\rb' has control characters"),
+    ({"weight_map": {"a": "s\n.safetensors"}}, r"weight_map\['a'\] = 's\\n.safetensors' is not a shard file name"),
 ])
 def test_malformed_index(tmp_path, index, needle):
     (tmp_path / "model.safetensors.index.json").write_text(json.dumps(index))
