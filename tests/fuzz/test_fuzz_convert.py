@@ -326,7 +326,7 @@ def mutated_safetensors(draw):
             elif op == "zero":
                 entry["shape"] = [0] * len(shape)
         elif kind == "offsets" and isinstance(entry, dict):
-            other = header[draw(st.sampled_from(names))]
+            other = header.get(draw(st.sampled_from(names)))  # may have been renamed or dropped
             entry["data_offsets"] = draw(st.one_of(
                 st.lists(st.integers(-10, len(data) + 10), min_size=2, max_size=2),
                 st.just(copy.deepcopy(other.get("data_offsets")) if isinstance(other, dict) else None),  # overlap
