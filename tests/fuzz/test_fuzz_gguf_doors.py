@@ -93,6 +93,9 @@ KNOWN: list[tuple[str, str, str, str]] = [
     ("ValueError", "fileio/gguf_writer.py", "write_gguf", "Empty array"),
     ("IndexError", "fileio/gguf_writer.py", "tensor_nbytes", ""),
     ("IndexError", "fileio/gguf_writer.py", "_byte_shape", ""),
+    # target/tokenizer.target_from_gguf (retarget / convert --target-gguf) takes len() of
+    # tokenizer.ggml.tokens whatever its type
+    ("TypeError", "target/tokenizer.py", "target_from_gguf", "has no len()"),
 ]
 
 
@@ -997,4 +1000,43 @@ def test_known_scalar_tensor(corpus, argv):
     o = _run_case("writer", _variant(corpus, "qwen3-flat-llama.cpp", tensors=scalar), argv, {0, 6}, out="q.gguf")
     if o.verdict == "traceback":
         raise AssertionError(o.detail)
+    _assert_clean(o)
+
+
+@pytest.mark.xfail(strict=True, raises=Exception, reason=(
+    "target/tokenizer.target_from_gguf: `len(tokens)` on tokenizer.ggml.tokens of any type — a BOOL or "
+    "FLOAT32 there is a TypeError traceback in retarget --target-gguf (and convert --target-gguf)"))
+def test_known_target_tokens_of_the_wrong_type(corpus, pristine_dir):
+    data = _variant(corpus, "llama-tiny", kvs={"tokenizer.ggml.tokens": KVItem("tokenizer.ggml.tokens", False, V.BOOL)})
+    o = _run_case("retarget-target", data, lambda i, o: ["retarget", pristine_dir / "qwen3-flat-lucebox.gguf", "-o",
+                                                         o / "r.gguf", "--format", "llama.cpp", "--target-gguf", i],
+                  {0, 6, 7}, out="r.gguf")
+    if o.verdict == "traceback":
+        raise AssertionError(o.detail)
+    _assert_clean(o)
+
+
+@pytest.mark.xfail(strict=True, raises=ValueError, reason=(
+    "quants.dequantize reshapes block data to (-1, row_nbytes): for a zero-element tensor with ne0 = 0 "
+    "that is reshape(-1, 0), a ValueError (reference.from_gguf now skips such tensors itself)"))
+def test_known_dequantize_zero_width_rows():
+    from dflash_gguf.quants import dequantize
+
+    assert dequantize(b"", Q.Q8_0, (4, 0)).shape == (4, 0)
+
+
+def test_regression_loader_zero_element_tensor(corpus):
+    """parity's drafter loader on a Q8_0 tensor with ne0 = 0: a clean WeightsError (shape), not
+    numpy's reshape ValueError from the dequantizer."""
+    pytest.importorskip("torch", reason="parity's GGUF loaders need torch")
+    from dflash_gguf.reference import load
+
+    def zero(ts):
+        t = next(t for t in ts if t.name == "blk.0.ffn_up.weight")
+        t.ne, t.data = (0, t.ne[1]), b""
+    data = _variant(corpus, "qwen3-flat-llama.cpp-q8_0", tensors=zero)
+    with case_dirs() as (indir, outdir):
+        (indir / "in.gguf").write_bytes(data)
+        o = judge("parity-drafter_from_gguf", Case("regression", "zero", data),
+                  lambda: (load.drafter_from_gguf(indir / "in.gguf", device="cpu"), (0, "", ""))[1], {4, 6}, outdir, None)
     _assert_clean(o)
