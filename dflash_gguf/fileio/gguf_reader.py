@@ -8,14 +8,18 @@ decodes strings strictly, so one flipped byte in a value is a traceback.)
 """
 from __future__ import annotations
 
+import math
 import mmap
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from ..errors import GGUFFormatError, OutputError
-from .gguf_header import GGUFHeader, read_header
+from gguf import GGUFValueType as T
+
+from .gguf_header import GGUFHeader, read_header, show
 from .types import KV, TensorInfo
 
 
@@ -79,3 +83,156 @@ def _map_file(h: GGUFHeader) -> np.ndarray:
     except OSError as exc:
         raise OutputError(f"{h.path}: cannot read it ({exc.strerror})") from None
     return np.frombuffer(mm, dtype=np.uint8)
+
+
+# --- typed access to metadata ------------------------------------------------------------
+# A hostile or hand-edited file may put any GGUF type under any key. llama.cpp refuses a key of
+# the wrong type ("key has wrong type"), and so do the readers of a key (formats, quantize,
+# the reference): a string, float, bool or nested array where an integer is expected is one
+# GGUFFormatError naming the key, its byte, type and value.
+# Any integer width is accepted (converters differ), as long as the value fits the type the
+# key is written back as (UINT32 for counts and ids, INT32 for tap lists).
+INT_TYPES = frozenset({T.UINT8, T.INT8, T.UINT16, T.INT16, T.UINT32, T.INT32, T.UINT64, T.INT64})
+U32_MAX = (1 << 32) - 1
+I32_MAX = (1 << 31) - 1
+
+
+def describe_kv(kv: KV) -> str:
+    """A KV's type and (shortened) value for a one-line message."""
+    typ = kv.type.name if kv.sub_type is None else f"ARRAY[{kv.sub_type.name}]"
+    v = kv.value
+    if isinstance(v, (tuple, list)) and len(v) > 8:
+        shown = f"[{', '.join(map(repr, v[:8]))}, … {len(v):,} items]"
+    elif isinstance(v, (tuple, list)):
+        shown = repr(list(v))
+    else:
+        shown = repr(v)
+    return f"{typ} {show(shown, 60)}"
+
+
+def bad_kv(path: str, kv: KV, expected: str) -> GGUFFormatError:
+    at = "" if kv.offset is None else f" (at byte {kv.offset:,})"
+    return GGUFFormatError(
+        f"{path}: key {show(kv.key)}{at} has unexpected types: it is {describe_kv(kv)}, but loaders read "
+        f"{expected} there (corrupt or hand-edited metadata; re-convert the file)")
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _required(kv: dict[str, KV], key: str, consumed: set[str] | None, required: bool, path: str) -> KV | None:
+    field_ = kv.get(key)
+    if field_ is None:
+        if required:
+            raise GGUFFormatError(f"{path}: required key {key} is missing (file written by an incompatible converter?)")
+        return None
+    if consumed is not None:
+        consumed.add(key)
+    return field_
+
+
+def kv_int(kv: dict[str, KV], key: str, consumed: set[str] | None, *, required: bool = True, path: str = "",
+           lo: int = 0, hi: int = U32_MAX) -> int | None:
+    """An integer key (any integer GGUF type) whose value lies in [lo, hi]; None if absent
+    and not required.
+
+    Raises:
+        GGUFFormatError: missing (when required), not an integer type, or out of range.
+    """
+    field_ = _required(kv, key, consumed, required, path)
+    if field_ is None:
+        return None
+    v = field_.value
+    if field_.type not in INT_TYPES or not _is_int(v):
+        raise bad_kv(path, field_, "an integer")
+    if not lo <= v <= hi:
+        raise bad_kv(path, field_, f"an integer in [{lo:,}, {hi:,}]")
+    return v
+
+
+def kv_ints(kv: dict[str, KV], key: str, consumed: set[str] | None, *, required: bool = True, path: str = "",
+            lo: int = 0, hi: int = I32_MAX) -> tuple[int, ...] | None:
+    """A non-empty array of integers (any integer item type), each in [lo, hi].
+
+    Raises:
+        GGUFFormatError: missing (when required), not an array of integers, empty, or an
+            item out of range.
+    """
+    field_ = _required(kv, key, consumed, required, path)
+    if field_ is None:
+        return None
+    v = field_.value
+    if (field_.type != T.ARRAY or field_.sub_type not in INT_TYPES or not isinstance(v, (tuple, list))
+            or not all(_is_int(i) for i in v)):
+        raise bad_kv(path, field_, "an array of integers")
+    if not v:
+        raise bad_kv(path, field_, "a non-empty array of integers")
+    if not all(lo <= i <= hi for i in v):
+        raise bad_kv(path, field_, f"an array of integers in [{lo:,}, {hi:,}]")
+    return tuple(v)
+
+
+def kv_float(kv: dict[str, KV], key: str, consumed: set[str] | None, *, required: bool = True, path: str = "",
+             positive: bool = False) -> float | None:
+    """A finite number (FLOAT32/FLOAT64, or an integer type), > 0 with ``positive``.
+
+    Raises:
+        GGUFFormatError: missing (when required), not a number, NaN/inf, or not positive.
+    """
+    field_ = _required(kv, key, consumed, required, path)
+    if field_ is None:
+        return None
+    v = field_.value
+    if field_.type not in INT_TYPES | {T.FLOAT32, T.FLOAT64} or isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise bad_kv(path, field_, "a number (FLOAT32)")
+    if not math.isfinite(v) or (positive and v <= 0):
+        raise bad_kv(path, field_, "a positive finite number" if positive else "a finite number")
+    return float(v)
+
+
+def kv_bool(kv: dict[str, KV], key: str, consumed: set[str] | None, *, required: bool = True,
+            path: str = "") -> bool | None:
+    """A BOOL key.
+
+    Raises:
+        GGUFFormatError: missing (when required) or not a BOOL.
+    """
+    field_ = _required(kv, key, consumed, required, path)
+    if field_ is None:
+        return None
+    if field_.type != T.BOOL or not isinstance(field_.value, bool):
+        raise bad_kv(path, field_, "a BOOL")
+    return field_.value
+
+
+def kv_str(kv: dict[str, KV], key: str, consumed: set[str] | None, *, required: bool = True,
+           path: str = "") -> str | None:
+    """A STRING key.
+
+    Raises:
+        GGUFFormatError: missing (when required) or not a STRING.
+    """
+    field_ = _required(kv, key, consumed, required, path)
+    if field_ is None:
+        return None
+    if field_.type != T.STRING or not isinstance(field_.value, str):
+        raise bad_kv(path, field_, "a STRING")
+    return field_.value
+
+
+def kv_bools(kv: dict[str, KV], key: str, consumed: set[str] | None, *, required: bool = True,
+             path: str = "") -> tuple[bool, ...] | None:
+    """A non-empty array of BOOL.
+
+    Raises:
+        GGUFFormatError: missing (when required), or not a non-empty array of BOOL.
+    """
+    field_ = _required(kv, key, consumed, required, path)
+    if field_ is None:
+        return None
+    v = field_.value
+    if (field_.type != T.ARRAY or field_.sub_type != T.BOOL or not isinstance(v, (tuple, list)) or not v
+            or not all(isinstance(i, bool) for i in v)):
+        raise bad_kv(path, field_, "a non-empty array of BOOL")
+    return tuple(v)

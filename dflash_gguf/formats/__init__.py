@@ -13,7 +13,8 @@ from gguf import RopeScalingType
 from ..config import DrafterConfig
 from ..errors import GGUFFormatError, UsageError
 from ..fileio.types import KV
-from .meta import DrafterMeta, Format
+from ..fileio.gguf_header import show
+from .meta import DrafterMeta, Format, bad_kv, kv_int
 from .dflash_draft import DFLASH_DRAFT
 from .llama_cpp import MAINLINE, PR22105_FORMAT
 from .lucebox import LUCEBOX
@@ -149,32 +150,37 @@ def meta_from_gguf(
     Raises:
         GGUFFormatError: not a DFlash drafter, or a required DFlash key is missing.
     """
+    where = str(path)
     arch_kv = kvs.get("general.architecture")
-    arch = None if arch_kv is None else str(arch_kv.value)
+    if arch_kv is not None and (arch_kv.type != T.STRING or not isinstance(arch_kv.value, str)):
+        raise bad_kv(where, arch_kv, f"a string (one of {', '.join(DRAFTER_ARCHS)})")
+    arch = None if arch_kv is None else arch_kv.value
     fmt = detect_format(arch or "", kvs.keys(), list(tensors))
     if fmt is None:
         raise GGUFFormatError(
-            f"{path}: general.architecture={arch!r} is not a DFlash drafter "
+            f"{path}: general.architecture={show(arch) if arch is not None else None!r} is not a DFlash drafter "
             f"(expected one of {', '.join(DRAFTER_ARCHS)})"
         )
     fc = tensors.get(fmt.fc_name)
     if fc is None:
         raise GGUFFormatError(f"{path}: drafter tensor {fmt.fc_name} is missing ({fmt.name} format)")
+    if len(fc) != 2:
+        raise GGUFFormatError(f"{path}: drafter tensor {fmt.fc_name} has shape {list(reversed(fc))} (ggml ne), but "
+                              f"it must be 2-D [n_taps × target hidden, hidden] (corrupt tensor info; re-convert)")
     meta = DrafterMeta(taps=(), block_size=None, mask_token_id=None, n_target_features=int(fc[-1]))
     consumed: set[str] = {"general.architecture"}
-    try:
-        fmt.parse_dflash(arch, kvs, meta, consumed, path=str(path))
-    except (TypeError, ValueError) as exc:  # e.g. target_layers stored as strings in a hostile file
-        raise GGUFFormatError(f"{path}: DFlash keys of the {fmt.name} format have unexpected types ({exc})") from None
+    fmt.parse_dflash(arch, kvs, meta, consumed, path=where)
+    meta.file_type = kv_int(kvs, "general.file_type", consumed, required=False, path=where)
+    meta.quantization_version = kv_int(kvs, "general.quantization_version", consumed, required=False, path=where)
+    for key in ("block_count", "embedding_length"):  # what every loader sizes the graph from
+        if f"{arch}.{key}" not in kvs:
+            raise GGUFFormatError(f"{path}: {arch}.{key} is missing; not a usable drafter")
+        kv_int(kvs, f"{arch}.{key}", None, path=where, lo=1)
     prefix = f"{arch}."
     for key, kv in kvs.items():
         if key in consumed:
             continue
-        if key == "general.file_type":
-            meta.file_type = int(kv.value)
-        elif key == "general.quantization_version":
-            meta.quantization_version = int(kv.value)
-        elif key.startswith("tokenizer."):
+        if key.startswith("tokenizer."):
             meta.tokenizer.append(kv)
         elif key.startswith(prefix):
             meta.hparams.append((key[len(prefix):], kv.value, kv.type, kv.sub_type))
@@ -182,8 +188,6 @@ def meta_from_gguf(
             meta.general.append(kv)
     if meta.vocab_size is None:
         tokens = kvs.get("tokenizer.ggml.tokens")
-        if tokens is not None:
+        if tokens is not None and tokens.type == T.ARRAY and tokens.sub_type == T.STRING:
             meta.vocab_size = len(tokens.value)
-    if meta.hparam("block_count") is None or meta.hparam("embedding_length") is None:
-        raise GGUFFormatError(f"{path}: {arch}.block_count / {arch}.embedding_length missing; not a usable drafter")
     return fmt, meta

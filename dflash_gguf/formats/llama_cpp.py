@@ -11,7 +11,7 @@ from __future__ import annotations
 from gguf import GGUFValueType as T
 
 from ..fileio.types import KV
-from .meta import DrafterMeta, Format, kv_value
+from .meta import I32_MAX, DrafterMeta, Format, kv_int, kv_ints
 
 MASK_KEY = "tokenizer.ggml.mask_token_id"
 _DFLASH2_KEYS = ("conv_kernel_size", "conv_group_size", "selector_rank", "selector_top_k")
@@ -50,11 +50,13 @@ class Mainline(Format):
         return [] if meta.mask_token_id is None else [KV(MASK_KEY, meta.mask_token_id, T.UINT32)]
 
     def parse_dflash(self, arch, kv, meta, consumed, path=""):
-        meta.taps = tuple(i - self.tap_offset for i in kv_value(kv, f"{arch}.target_layers", consumed, list, path=path))
-        meta.block_size = kv_value(kv, f"{arch}.block_size", consumed, int, required=False, path=path)
-        meta.mask_token_id = kv_value(kv, MASK_KEY, consumed, int, required=False, path=path)
+        # stored as layer-input ids (+1); every format writes taps as INT32
+        stored = kv_ints(kv, f"{arch}.target_layers", consumed, path=path, lo=0, hi=I32_MAX - 1)
+        meta.taps = tuple(i - self.tap_offset for i in stored)
+        meta.block_size = kv_int(kv, f"{arch}.block_size", consumed, required=False, path=path)
+        meta.mask_token_id = kv_int(kv, MASK_KEY, consumed, required=False, path=path)
         for k in _DFLASH2_KEYS:
-            v = kv_value(kv, f"{arch}.{k}", consumed, int, required=False, path=path)
+            v = kv_int(kv, f"{arch}.{k}", consumed, required=False, path=path)
             if v is not None:
                 meta.dflash2[k] = v
 
@@ -84,9 +86,10 @@ class PR22105(Format):
         return out
 
     def parse_dflash(self, arch, kv, meta, consumed, path=""):
-        meta.taps = tuple(i - self.tap_offset for i in kv_value(kv, f"{arch}.target_layer_ids", consumed, list, path=path))
-        meta.block_size = kv_value(kv, f"{arch}.block_size", consumed, int, required=False, path=path)
-        meta.mask_token_id = kv_value(kv, f"{arch}.mask_token_id", consumed, int, required=False, path=path)
+        stored = kv_ints(kv, f"{arch}.target_layer_ids", consumed, path=path, lo=0, hi=I32_MAX - 1)
+        meta.taps = tuple(i - self.tap_offset for i in stored)
+        meta.block_size = kv_int(kv, f"{arch}.block_size", consumed, required=False, path=path)
+        meta.mask_token_id = kv_int(kv, f"{arch}.mask_token_id", consumed, required=False, path=path)
 
 
 MAINLINE = Mainline()

@@ -15,7 +15,10 @@ from typing import Any, Callable
 
 from gguf import GGUFValueType
 
-from ..errors import GGUFFormatError, UsageError
+from ..errors import UsageError
+from ..fileio.gguf_reader import (  # noqa: F401  (typed KV access, re-exported for the format modules)
+    I32_MAX, INT_TYPES, U32_MAX, bad_kv, describe_kv, kv_bool, kv_bools, kv_float, kv_int, kv_ints, kv_str,
+)
 from ..fileio.types import KV
 from .names import (BLK_RE, DFLASH2_LAYER, FC, GLOBAL_TENSORS, HIDDEN_NORM, LAYER_RE, LAYER_TENSORS, OPTIONAL_TENSORS,
                     PRE_FFN_NORM)
@@ -184,16 +187,13 @@ class Format:
 # --- helpers used by the format modules -------------------------------------------------
 def kv_value(kv: dict[str, KV], key: str, consumed: set[str], kind: Callable[[Any], Any] = int, required: bool = True,
              path: str = "") -> Any:
-    field_ = kv.get(key)
-    if field_ is None:
-        if required:
-            raise GGUFFormatError(f"{path}: required key {key} is missing (file written by an incompatible converter?)")
-        return None
-    consumed.add(key)
-    try:
-        return kind(field_.value)
-    except (TypeError, ValueError):
-        raise GGUFFormatError(f"{path}: key {key} has unexpected value {field_.value!r}") from None
+    """Compatibility shim: ``kind=int`` is ``kv_int`` (UINT32 range), ``kind=list`` is ``kv_ints``."""
+    if kind is int:
+        return kv_int(kv, key, consumed, required=required, path=path)
+    if kind in (list, tuple):
+        got = kv_ints(kv, key, consumed, required=required, path=path)
+        return None if got is None else kind(got)
+    raise TypeError(f"kv_value: unsupported kind {kind!r}")
 
 
 def with_taps(meta: DrafterMeta, taps: tuple[int, ...]) -> DrafterMeta:

@@ -65,6 +65,8 @@ def quantize_gguf(
 
 
 def _requantize(f: GGUFFile, t: TensorInfo, e: QuantEntry) -> Iterator[np.ndarray]:
+    if t.nbytes == 0:  # a zero-element tensor (some ne is 0): no data, no chunk
+        return
     raw = f.raw(t)
     if not e.quantized:
         yield raw  # same type: bytes untouched

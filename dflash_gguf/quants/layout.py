@@ -12,9 +12,10 @@ from gguf import GGMLQuantizationType as Q
 from gguf import GGUFValueType
 
 from ..errors import QuantizationError
+from ..fileio.gguf_reader import kv_int
 from ..fileio.gguf_writer import tensor_nbytes
 from ..fileio.types import KV
-from .policy import ftype_id, plan_types, resolve_ftype
+from .policy import ftype_id, layer_of, plan_types, resolve_ftype
 
 FLOAT_TYPES = (Q.F32, Q.F16, Q.BF16)
 _SPLIT_KEYS = ("split.no", "split.count", "split.tensors.count")
@@ -49,6 +50,7 @@ def requantize_layout(
     Raises:
         QuantizationError: an input tensor is already quantized (without allow_requantize),
             or a type rule cannot be applied.
+        GGUFFormatError: ``<arch>.block_count`` is not an unsigned 32-bit integer.
     """
     mix = resolve_ftype(ftype)
     if not allow_requantize:
@@ -60,10 +62,11 @@ def requantize_layout(
     kv_by = {kv.key: kv for kv in kvs}
     arch = kv_by.get("general.architecture")
     n_layer = None
-    if arch is not None and f"{arch.value}.block_count" in kv_by:
-        n_layer = int(kv_by[f"{arch.value}.block_count"].value)
-    if n_layer is None:
-        n_layer = 1 + max((int(n.split(".")[1]) for n, *_ in tensors if n.startswith("blk.")), default=-1)
+    if arch is not None and isinstance(arch.value, str):
+        # llama-quantize reads n_layer as a uint32: any other type is a file it refuses too
+        n_layer = kv_int(kv_by, f"{arch.value}.block_count", None, required=False, path=where)
+    if n_layer is None:  # as llama.cpp parses names: sscanf("blk.%d."), -1 when it does not match
+        n_layer = 1 + max((layer_of(n) for n, *_ in tensors), default=-1)
     src_types = {n: t for n, _s, t in tensors}
     choices = plan_types([(n, s, t) for n, s, t in tensors], mix, n_layer)
     entries = []

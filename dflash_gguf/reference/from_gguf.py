@@ -13,20 +13,98 @@ from typing import Any
 import numpy as np
 
 from ..config import DrafterConfig, TargetConfig, parse_config, parse_target_config
-from ..errors import ConfigError, GGUFFormatError, WeightsError
+from ..errors import ConfigError, GGUFFormatError, QuantizationError, WeightsError
 from ..formats import meta_from_gguf
+from ..fileio.gguf_header import show
 from ..formats.names import BLK_RE, target_hf_name
-from ..fileio.gguf_reader import GGUFFile, read_gguf
+from ..fileio.gguf_reader import GGUFFile, kv_bool, kv_bools, kv_float, kv_int, kv_str, read_gguf
 from ..fileio.types import TensorInfo
 
+_MISSING = object()
 
 
 def dequantized(f: GGUFFile, t: TensorInfo) -> np.ndarray:
     """A tensor's float32 values in numpy (torch) order, with ggml's exact dequantizers
-    (always a fresh, writable array: the file's bytes are a read-only memory map)."""
+    (always a fresh, writable array: the file's bytes are a read-only memory map).
+
+    Raises:
+        WeightsError: a tensor type the reference cannot dequantize (I8, F64, IQ*, ...), or
+            a 0-d tensor.
+    """
     from ..quants import dequantize
 
-    return dequantize(f.raw(t), t.ggml_type, t.shape)
+    if t.n_elements == 0 and t.shape:  # some ne is 0: nothing to decode (the reference then reports the shape)
+        return np.zeros(t.shape, np.float32)
+    try:
+        return dequantize(f.raw(t), t.ggml_type, t.shape)
+    except QuantizationError as exc:
+        raise WeightsError(f"{f.path}: tensor {show(t.name)} ({t.ggml_type.name}, ne {list(t.shape_ne)}): {exc}") from None
+
+
+class _Keys:
+    """Typed reads of ``<arch>.<suffix>`` keys: a key of the wrong type, NaN, or a size of 0 is
+    one GGUFFormatError naming the key (see formats.meta.kv_int)."""
+
+    def __init__(self, f: GGUFFile, path: str | Path, why: str) -> None:
+        self.kvs, self.arch, self.path, self.why = f.kvs, f.arch, str(path), why
+
+    def key(self, suffix: str) -> str:
+        return f"{self.arch}.{suffix}"
+
+    def has(self, suffix: str) -> bool:
+        return self.key(suffix) in self.kvs
+
+    def _missing(self, suffix: str) -> GGUFFormatError:
+        return GGUFFormatError(f"{self.path}: {self.key(suffix)} is missing; {self.why}")
+
+    def int(self, suffix: str, default: Any = _MISSING, lo: int = 1) -> Any:
+        if not self.has(suffix):
+            if default is _MISSING:
+                raise self._missing(suffix)
+            return default
+        return kv_int(self.kvs, self.key(suffix), None, path=self.path, lo=lo)
+
+    def float(self, suffix: str, default: Any = _MISSING, positive: bool = False) -> Any:
+        if not self.has(suffix):
+            if default is _MISSING:
+                raise self._missing(suffix)
+            return default
+        return kv_float(self.kvs, self.key(suffix), None, path=self.path, positive=positive)
+
+    def rope_scaling(self) -> dict[str, Any] | None:
+        """The config's rope_scaling from ``rope.scaling.*`` keys, or None."""
+        if not self.has("rope.scaling.type"):
+            return None
+        typ = kv_str(self.kvs, self.key("rope.scaling.type"), None, path=self.path)
+        if typ == "none":
+            return None
+        out: dict[str, Any] = {"rope_type": typ, "factor": self.float("rope.scaling.factor", 1.0, positive=True)}
+        if self.has("rope.scaling.original_context_length"):
+            out["original_max_position_embeddings"] = self.int("rope.scaling.original_context_length")
+        for k, name in (("yarn_ext_factor", "extrapolation_factor"), ("yarn_attn_factor", "attention_factor"),
+                        ("yarn_beta_fast", "beta_fast"), ("yarn_beta_slow", "beta_slow")):
+            if self.has(f"rope.scaling.{k}"):
+                out[name] = self.float(f"rope.scaling.{k}")
+        return out
+
+
+def _layer_ids(f: GGUFFile) -> set[int]:
+    return {int(m.group(1)) for t in f.tensors if (m := BLK_RE.match(t.name))}
+
+
+def _check_depth(f: GGUFFile, keys: _Keys, n_layers: int) -> None:
+    """block_count must name exactly the layers the tensors hold (a corrupt count would have
+    the reference build billions of layers before any shape check)."""
+    have = _layer_ids(f)
+    if len(have) != n_layers or (have and max(have) != n_layers - 1):  # ids are distinct and >= 0
+        got = f"{len(have)} layers ({min(have)}..{max(have)})" if have else "no blk.N tensors"
+        raise GGUFFormatError(f"{keys.path}: {keys.key('block_count')} = {n_layers:,} but the file has tensors "
+                              f"for {got} (corrupt metadata or tensor names; re-convert)")
+
+
+def _rows(f: GGUFFile, name: str) -> int | None:
+    t = next((t for t in f.tensors if t.name == name), None)
+    return t.shape[0] if t is not None and len(t.shape) == 2 else None
 
 
 # --- drafter --------------------------------------------------------------------------------
@@ -34,55 +112,65 @@ def drafter_from_gguf(path: str | Path) -> tuple[DrafterConfig, dict[str, np.nda
     """(config implied by the file's keys, checkpoint-named float32 weights, format name).
 
     Raises:
-        GGUFFormatError: not a drafter, or keys missing to rebuild its config.
-        WeightsError: a tensor the format's name table does not know.
+        GGUFFormatError: not a drafter, keys missing or of the wrong type to rebuild its
+            config, or a block count the tensors do not match.
+        ConfigError: the rebuilt config is inconsistent (e.g. mask id outside the vocab).
+        WeightsError: a tensor the format's name table does not know, or cannot dequantize.
     """
     f = read_gguf(path)
     fmt, meta = meta_from_gguf(f.kvs, f.shapes(), path)
-    hp = {s: v for s, v, _t, _st in meta.hparams}
-
-    def need(key: str) -> Any:
-        if key not in hp:
-            raise GGUFFormatError(f"{path}: {f.arch}.{key} is missing; cannot rebuild the drafter's config")
-        return hp[key]
-
-    n_layers = int(need("block_count"))
-    names = {t.name: t for t in f.tensors}
-    q = names.get("blk.0.attn_q.weight")
-    head_dim = int(hp.get("attention.key_length") or (q.shape[0] // int(need("attention.head_count")) if q else 0))
+    k = _Keys(f, path, "cannot rebuild the drafter's config")
+    n_layers = k.int("block_count")
+    _check_depth(f, k, n_layers)
+    n_head = k.int("attention.head_count")
+    head_dim = k.int("attention.key_length", None)
+    if head_dim is None:
+        q_rows = _rows(f, "blk.0.attn_q.weight")
+        if q_rows is None or q_rows % n_head:
+            raise GGUFFormatError(f"{path}: {k.key('attention.key_length')} is missing and blk.0.attn_q.weight "
+                                  f"does not give it ({q_rows} rows for {n_head} heads); cannot rebuild the config")
+        head_dim = q_rows // n_head
+    for key, v in meta.dflash2.items():
+        if v < 1:
+            raise GGUFFormatError(f"{path}: {k.key(key)} = {v}; DFlash2 sizes are >= 1 (corrupt metadata)")
     raw: dict[str, Any] = {
         "architectures": ["DFlash2DraftModel" if meta.dflash2 else "DFlashDraftModel"],
         "model_type": "qwen3",
-        "hidden_size": int(need("embedding_length")),
-        "intermediate_size": int(need("feed_forward_length")),
+        "hidden_size": k.int("embedding_length"),
+        "intermediate_size": k.int("feed_forward_length"),
         "num_hidden_layers": n_layers,
-        "num_attention_heads": int(need("attention.head_count")),
-        "num_key_value_heads": int(hp.get("attention.head_count_kv", need("attention.head_count"))),
+        "num_attention_heads": n_head,
+        "num_key_value_heads": k.int("attention.head_count_kv", n_head),
         "head_dim": head_dim,
-        "rms_norm_eps": float(need("attention.layer_norm_rms_epsilon")),
-        "rope_theta": float(need("rope.freq_base")),
+        "rms_norm_eps": k.float("attention.layer_norm_rms_epsilon"),
+        "rope_theta": k.float("rope.freq_base", positive=True),
         "vocab_size": int(meta.vocab_size or 0) or _vocab_from_tensors(f, path),
-        "block_size": meta.block_size or 16,
+        "block_size": 16 if meta.block_size is None else meta.block_size,
         "dflash_config": {"mask_token_id": meta.mask_token_id, "target_layer_ids": list(meta.taps), **meta.dflash2},
     }
-    if "context_length" in hp:
-        raw["max_position_embeddings"] = int(hp["context_length"])
-    if "rope.dimension_count" in hp and head_dim:
-        raw["partial_rotary_factor"] = int(hp["rope.dimension_count"]) / head_dim
-    scaling = _rope_scaling(hp)
+    if k.has("context_length"):
+        raw["max_position_embeddings"] = k.int("context_length")
+    if k.has("rope.dimension_count"):
+        raw["partial_rotary_factor"] = k.int("rope.dimension_count") / head_dim
+    scaling = k.rope_scaling()
     if scaling:
         raw["rope_scaling"] = scaling
-    if "attention.sliding_window" in hp:
+    if k.has("attention.sliding_window"):
         raw["use_sliding_window"] = True
-        raw["sliding_window"] = int(hp["attention.sliding_window"])
-        pattern = hp.get("attention.sliding_window_pattern") or [True] * n_layers
+        raw["sliding_window"] = k.int("attention.sliding_window")
+        pattern = (True,) * n_layers
+        if k.has("attention.sliding_window_pattern"):
+            pattern = kv_bools(f.kvs, k.key("attention.sliding_window_pattern"), None, path=k.path)
+            if len(pattern) != n_layers:
+                raise GGUFFormatError(f"{path}: {k.key('attention.sliding_window_pattern')} has {len(pattern)} "
+                                      f"entries for {n_layers} layers (corrupt metadata; re-convert)")
         raw["layer_types"] = ["sliding_attention" if p else "full_attention" for p in pattern]
-    if "attention.causal" in hp:
-        raw["is_causal"] = bool(hp["attention.causal"])
+    if k.has("attention.causal"):
+        raw["is_causal"] = kv_bool(f.kvs, k.key("attention.causal"), None, path=k.path)
     for key, name in (("final_logit_softcapping", "final_logit_softcapping"), ("logit_scale", "output_multiplier"),
                       ("embedding_scale", "input_embedding_scale")):
-        if key in hp:
-            raw["dflash_config"][name] = float(hp[key])
+        if k.has(key):
+            raw["dflash_config"][name] = k.float(key)
     if meta.mask_token_id is None:
         raise GGUFFormatError(f"{path}: no mask token id in the file; cannot run the drafter")
     cfg = parse_config(raw, Path(path))
@@ -92,30 +180,16 @@ def drafter_from_gguf(path: str | Path) -> tuple[DrafterConfig, dict[str, np.nda
         if src is None:
             if t.name == "rope_freqs.weight":
                 continue  # llama3 factors: the reference recomputes them from the config
-            raise WeightsError(f"{path}: tensor {t.name} is not a {fmt.name} drafter tensor")
+            raise WeightsError(f"{path}: tensor {show(t.name)} is not a {fmt.name} drafter tensor")
         weights[src] = dequantized(f, t)
     return cfg, weights, fmt.name
 
 
 def _vocab_from_tensors(f: GGUFFile, path) -> int:
     for t in f.tensors:
-        if t.name.startswith("selector_") and t.name != "selector_hidden.weight":
+        if t.name.startswith("selector_") and t.name != "selector_hidden.weight" and len(t.shape) == 2:
             return t.shape[0]
     raise GGUFFormatError(f"{path}: no tokenizer and no vocab size in the file; convert it with --target-gguf")
-
-
-def _rope_scaling(hp: dict[str, Any]) -> dict[str, Any] | None:
-    typ = hp.get("rope.scaling.type")
-    if typ in (None, "none"):
-        return None
-    out: dict[str, Any] = {"rope_type": typ, "factor": float(hp.get("rope.scaling.factor", 1.0))}
-    if "rope.scaling.original_context_length" in hp:
-        out["original_max_position_embeddings"] = int(hp["rope.scaling.original_context_length"])
-    for k, name in (("yarn_ext_factor", "extrapolation_factor"), ("yarn_attn_factor", "attention_factor"),
-                    ("yarn_beta_fast", "beta_fast"), ("yarn_beta_slow", "beta_slow")):
-        if f"rope.scaling.{k}" in hp:
-            out[name] = float(hp[f"rope.scaling.{k}"])
-    return out
 
 
 # Constants a runtime takes from the GGUF: when they differ from config.json, the GGUF's value
@@ -159,48 +233,57 @@ def target_from_gguf(path: str | Path) -> tuple[TargetConfig, dict[str, np.ndarr
     """A dense qwen3 / llama target GGUF → (TargetConfig, HF-named float32 weights).
 
     Raises:
-        GGUFFormatError: another architecture, or keys the config needs are missing.
+        GGUFFormatError: another architecture, keys the config needs missing or of the wrong
+            type, a block count the tensors do not match, or Q/K rows that do not fit the heads.
+        ConfigError: llama3 rope_freqs (the reference cannot rebuild them from GGUF keys).
+        WeightsError: a tensor the reference cannot dequantize.
     """
     f = read_gguf(path)
     arch = f.arch
     if arch not in SUPPORTED_TARGET_ARCHS:
-        raise GGUFFormatError(f"{path}: architecture {arch!r} is not a supported reference target GGUF "
+        raise GGUFFormatError(f"{path}: architecture {show(str(arch))!r} is not a supported reference target GGUF "
                               f"({', '.join(SUPPORTED_TARGET_ARCHS)}); use its Hugging Face dir instead")
-
-    def kv(key: str, default: Any = None) -> Any:
-        item = f.kvs.get(f"{arch}.{key}")
-        if item is None:
-            if default is None:
-                raise GGUFFormatError(f"{path}: {arch}.{key} is missing")
-            return default
-        return item.value
-
+    k = _Keys(f, path, "cannot rebuild the target's config")
     names = {t.name: t for t in f.tensors}
     if "rope_freqs.weight" in names:
         raise ConfigError(f"{path}: llama3-style rope_freqs are not supported for reference targets; "
                           "use the target's Hugging Face dir")
-    if "token_embd.weight" not in names:
-        raise GGUFFormatError(f"{path}: token_embd.weight is missing; not a complete target model")
-    n_head, n_kv = int(kv("attention.head_count")), int(kv("attention.head_count_kv", kv("attention.head_count")))
-    hidden = int(kv("embedding_length"))
+    embd = names.get("token_embd.weight")
+    if embd is None or len(embd.shape) != 2:
+        raise GGUFFormatError(f"{path}: token_embd.weight is missing or not 2-D; not a complete target model")
+    n_layers = k.int("block_count")
+    _check_depth(f, k, n_layers)
+    n_head = k.int("attention.head_count")
+    n_kv = k.int("attention.head_count_kv", n_head)
+    hidden = k.int("embedding_length")
+    head_dim = k.int("attention.key_length", hidden // n_head or 1)
+    if arch == "llama":  # unpermute_rope splits every head's rows in pairs
+        for t in f.tensors:
+            m = BLK_RE.match(t.name)
+            if m and m.group(2) in ("attn_q.weight", "attn_k.weight"):
+                heads = n_head if m.group(2) == "attn_q.weight" else n_kv
+                if len(t.shape) != 2 or t.shape[0] != heads * head_dim or head_dim % 2:
+                    raise GGUFFormatError(
+                        f"{path}: {show(t.name)} has shape {list(t.shape)}, but {heads} heads x head_dim {head_dim} "
+                        f"(even) rows are needed to undo llama.cpp's rope permutation (corrupt metadata or tensor)")
     raw = {
         "architectures": ["Qwen3ForCausalLM" if arch == "qwen3" else "LlamaForCausalLM"],
         "model_type": arch,
         "hidden_size": hidden,
-        "num_hidden_layers": int(kv("block_count")),
-        "vocab_size": int(names["token_embd.weight"].shape[0]),
-        "intermediate_size": int(kv("feed_forward_length")),
+        "num_hidden_layers": n_layers,
+        "vocab_size": embd.shape[0],
+        "intermediate_size": k.int("feed_forward_length"),
         "num_attention_heads": n_head,
         "num_key_value_heads": n_kv,
-        "head_dim": int(kv("attention.key_length", hidden // n_head)),
-        "rms_norm_eps": float(kv("attention.layer_norm_rms_epsilon")),
-        "rope_theta": float(kv("rope.freq_base", 10000.0)),
-        "max_position_embeddings": int(kv("context_length", 4096)),
+        "head_dim": head_dim,
+        "rms_norm_eps": k.float("attention.layer_norm_rms_epsilon"),
+        "rope_theta": k.float("rope.freq_base", 10000.0, positive=True),
+        "max_position_embeddings": k.int("context_length", 4096),
         "tie_word_embeddings": "output.weight" not in names,
         "attention_bias": "blk.0.attn_q.bias" in names,
         "mlp_bias": "blk.0.ffn_gate.bias" in names,
     }
-    scaling = _rope_scaling({k[len(arch) + 1:]: v.value for k, v in f.kvs.items() if k.startswith(f"{arch}.")})
+    scaling = k.rope_scaling()
     if scaling:
         raw["rope_scaling"] = scaling
     tc = parse_target_config(raw, Path(path))
@@ -209,7 +292,7 @@ def target_from_gguf(path: str | Path) -> tuple[TargetConfig, dict[str, np.ndarr
         m = BLK_RE.match(t.name)
         hf = target_hf_name(t.name)
         if hf is None:
-            raise GGUFFormatError(f"{path}: tensor {t.name} is not part of a dense {arch} target")
+            raise GGUFFormatError(f"{path}: tensor {show(t.name)} is not part of a dense {arch} target")
         w = dequantized(f, t)
         if arch == "llama" and m and m.group(2) in ("attn_q.weight", "attn_k.weight"):
             w = unpermute_rope(w, n_head if m.group(2) == "attn_q.weight" else n_kv)

@@ -67,3 +67,115 @@ def test_not_a_target(cli, tmp_path):
     assert cli("convert", DRAFTERS / "qwen3-flat", "--format", "lucebox", "-o", out)[0] == 0
     with pytest.raises(GGUFFormatError, match="not a supported reference target"):
         target_from_gguf(out)
+
+
+# --- hostile keys (found by tests/fuzz/test_fuzz_gguf_doors.py): one GGUFFormatError naming the key
+def _retyped(src, dst, kvs=None, tensors=None):
+    """Copy ``src`` with gguf-py, ``kvs`` {key: (value, type, sub_type) | None to drop} and
+    ``tensors`` {name: (array, raw_dtype)} replacing what the file has."""
+    from gguf import GGUFReader, GGUFWriter
+
+    r = GGUFReader(src)
+    w = GGUFWriter(dst, str(r.fields["general.architecture"].contents()))
+    kvs = kvs or {}
+    for k, f in r.fields.items():
+        if k.startswith("GGUF.") or k == "general.architecture" or k in kvs:
+            continue
+        w.add_key_value(k, f.contents(), f.types[0], sub_type=f.types[1] if len(f.types) > 1 else None)
+    for k, spec in kvs.items():
+        if spec is not None:
+            w.add_key_value(k, spec[0], spec[1], sub_type=spec[2] if len(spec) > 2 else None)
+    for t in r.tensors:
+        arr, typ = (tensors or {}).get(t.name, (np.array(t.data), t.tensor_type))
+        w.add_tensor(t.name, arr, raw_dtype=typ)
+    w.write_header_to_file(); w.write_kv_data_to_file(); w.write_tensors_to_file(); w.close()
+    return dst
+
+
+@pytest.fixture(scope="module")
+def flat_gguf(tmp_path_factory):
+    from dflash_gguf.cli import main
+
+    out = tmp_path_factory.mktemp("flat") / "flat.gguf"
+    assert main(["convert", str(DRAFTERS / "qwen3-flat"), "--target-dir", str(TARGETS / "qwen3-tiny"),
+                 "-o", str(out)]) == 0
+    return out
+
+
+@pytest.mark.parametrize("key,spec,match", [
+    # was ValueError: could not convert string to float: '[bold'
+    ("dflash.attention.layer_norm_rms_epsilon", ("[bold", "STRING"), "is STRING '\\[bold', but loaders read a number"),
+    # was OverflowError: cannot convert float infinity to integer
+    ("dflash.attention.key_length", (float("-inf"), "FLOAT32"), "is FLOAT32 -inf, but loaders read an integer"),
+    ("dflash.rope.freq_base", (float("nan"), "FLOAT32"), "is FLOAT32 nan, but loaders read a positive finite number"),
+    # was ZeroDivisionError
+    ("dflash.attention.head_count", (0, "UINT32"), "is UINT32 0, but loaders read an integer in \\[1, 4,294,967,295\\]"),
+    ("dflash.attention.causal", (1, "UINT8"), "is UINT8 1, but loaders read a BOOL"),
+    ("dflash.rope.scaling.type", (3, "UINT32"), "is UINT32 3, but loaders read a STRING"),
+    ("dflash.attention.sliding_window", ("8", "STRING"), "is STRING '8', but loaders read an integer"),
+    ("dflash.logit_scale", ([0.5], "ARRAY", "FLOAT32"), "is ARRAY\\[FLOAT32\\] \\[0.5\\], but loaders read a number"),
+])
+def test_drafter_key_of_the_wrong_type(flat_gguf, tmp_path, key, spec, match):
+    from gguf import GGUFValueType as V
+
+    from dflash_gguf.errors import GGUFFormatError
+
+    value, typ, *sub = spec
+    bad = _retyped(flat_gguf, tmp_path / "bad.gguf", {key: (value, V[typ], *(V[s] for s in sub))})
+    with pytest.raises(GGUFFormatError, match=f"key {key} \\(at byte [0-9,]+\\) has unexpected types: it {match}"):
+        drafter_from_gguf(bad)
+
+
+def test_drafter_block_count_must_match_the_tensors(flat_gguf, tmp_path):
+    """A corrupt block_count (here 100,000) used to have the reference build that many layers."""
+    from gguf import GGUFValueType as V
+
+    from dflash_gguf.errors import GGUFFormatError
+
+    bad = _retyped(flat_gguf, tmp_path / "bad.gguf", {"dflash.block_count": (100_000, V.UINT32)})
+    with pytest.raises(GGUFFormatError, match="dflash.block_count = 100,000 but the file has tensors for 2 layers"):
+        drafter_from_gguf(bad)
+
+
+def test_drafter_sliding_window_pattern_is_checked(flat_gguf, tmp_path):
+    from gguf import GGUFValueType as V
+
+    from dflash_gguf.errors import GGUFFormatError
+
+    bad = _retyped(flat_gguf, tmp_path / "bad.gguf", {"dflash.attention.sliding_window": (8, V.UINT32),
+                                                       "dflash.attention.sliding_window_pattern": ([True], V.ARRAY, V.BOOL)})
+    with pytest.raises(GGUFFormatError, match="sliding_window_pattern has 1 entries for 2 layers"):
+        drafter_from_gguf(bad)
+    bad = _retyped(flat_gguf, tmp_path / "bad2.gguf", {"dflash.attention.sliding_window": (8, V.UINT32),
+                                                        "dflash.attention.sliding_window_pattern": ([1, 0], V.ARRAY, V.INT32)})
+    with pytest.raises(GGUFFormatError, match="loaders read a non-empty array of BOOL"):
+        drafter_from_gguf(bad)
+
+
+def test_drafter_tensor_of_an_undequantizable_type_is_a_weights_error(flat_gguf, tmp_path):
+    """An I8 tensor used to end in a QuantizationError (exit 8) naming no file or tensor."""
+    from gguf import GGMLQuantizationType as Q
+
+    from dflash_gguf.errors import WeightsError
+
+    bad = _retyped(flat_gguf, tmp_path / "bad.gguf", tensors={"blk.0.ffn_up.weight": (np.zeros((256, 64), np.int8), Q.I8)})
+    with pytest.raises(WeightsError, match=r"bad.gguf: tensor blk.0.ffn_up.weight \(I8, ne \[64, 256\]\): dequantizing I8"):
+        drafter_from_gguf(bad)
+
+
+@pytest.mark.parametrize("key,spec,match", [
+    # was RuntimeError: Storage size calculation overflowed (torch, building the target)
+    ("llama.feed_forward_length", (2**62, "UINT64"), "an integer in \\[1, 4,294,967,295\\]"),
+    ("llama.block_count", (7, "UINT32"), "llama.block_count = 7 but the file has tensors for 3 layers"),
+    ("llama.attention.layer_norm_rms_epsilon", ("x", "STRING"), "loaders read a number"),
+    # was ValueError from numpy's reshape in unpermute_rope: 3 heads do not split Q's rows
+    ("llama.attention.head_count", (3, "UINT32"), "blk.0.attn_q.weight has shape .* undo llama.cpp's rope permutation"),
+])
+def test_target_key_of_the_wrong_type(tmp_path, key, spec, match):
+    from gguf import GGUFValueType as V
+
+    from dflash_gguf.errors import GGUFFormatError
+
+    bad = _retyped(TARGETS / "llama-tiny.gguf", tmp_path / "bad.gguf", {key: (spec[0], V[spec[1]])})
+    with pytest.raises(GGUFFormatError, match=match):
+        target_from_gguf(bad)
