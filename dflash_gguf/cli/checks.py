@@ -18,7 +18,7 @@ from ..guards.shards import load_complete
 from ..errors import EXIT_BASE, EXIT_FINDINGS, EXIT_PAIRING, EXIT_UNKNOWN, DflashError
 from ..guards.instruct import InstructVerdict, Verdict, classify
 from ._app import app
-from ._common import byte_progress, err, out, print_json
+from ._common import byte_progress, err, esc, out, print_json
 
 
 FileArg = Annotated[Path, typer.Argument(help="A GGUF file (for a sharded model, any of its shards).")]
@@ -83,7 +83,7 @@ def _instruct_json(path: Path, shards: tuple[Path, ...], v: InstructVerdict, cod
 
 def _render_instruct(path: Path, v: InstructVerdict, code: int) -> None:
     style = {"instruct": "green", "base": "red", "unknown": "yellow"}[v.verdict.value]
-    out.print(f"[bold]{path}[/bold]: [{style}]{v.verdict.value}[/{style}] ({v.reason})")
+    out.print(f"[bold]{esc(path)}[/bold]: [{style}]{v.verdict.value}[/{style}] ({esc(v.reason)})")
     for e in v.evidence:
         lean = e.leans.value if e.leans else "info"
         out.print(f"  tier {e.tier}  {lean:<8}  {e.field} = {e.value}  ({e.description})", markup=False)
@@ -162,7 +162,7 @@ def _render_report(r: CheckReport) -> None:
     shards = f", {len(r.shards)} shards" if len(r.shards) > 1 else ""
     status = "[green]OK[/green]" if not n_err else f"[red]{n_err} error{'s' * (n_err != 1)}[/red]"
     warn = f", [yellow]{n_warn} warning{'s' * (n_warn != 1)}[/yellow]" if n_warn else ""
-    out.print(f"[bold]{r.path}[/bold]: {status}{warn} ({mode}; {r.n_tensors:,} tensors, "
+    out.print(f"[bold]{esc(r.path)}[/bold]: {status}{warn} ({mode}; {r.n_tensors:,} tensors, "
               f"{r.total_bytes:,} bytes{shards})")
     for f in sorted(r.findings, key=lambda f: _ORDER[f.severity]):
         where = f"  [{f.where}]" if f.where else ""

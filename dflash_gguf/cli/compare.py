@@ -19,7 +19,7 @@ from ..compare import BIT_IDENTICAL, EXTRA, MISSING, OUT, SHAPE_MISMATCH, WITHIN
     parse_tolerances
 from ..errors import EXIT_MISMATCH, DflashError
 from ._app import app
-from ._common import byte_progress, err, out, print_json
+from ._common import byte_progress, err, esc, out, print_json
 
 
 _STYLE = {BIT_IDENTICAL: "green", WITHIN: "cyan", OUT: "red", MISSING: "red", EXTRA: "red", SHAPE_MISMATCH: "red"}
@@ -104,7 +104,7 @@ def _num(v: float | None, spec: str = ".3g") -> str:
 def render(r: CompareReport, top: int | None = None) -> None:
     what = (f"{r.a} → {r.b}  ({r.format} format)" if r.mode == "safetensors-gguf"
             else f"{r.a} ({r.a_format or 'not a drafter'}) vs {r.b} ({r.format or 'not a drafter'})")
-    out.print(f"[bold]compare-weights[/bold] {what}", highlight=False)
+    out.print(f"[bold]compare-weights[/bold] {esc(what)}", highlight=False)
     rows = sorted(r.tensors, key=_key)
     shown = rows[:top] if top else rows
     tt = Table(box=box.SIMPLE_HEAD, pad_edge=False,
@@ -116,7 +116,7 @@ def render(r: CompareReport, top: int | None = None) -> None:
         tt.add_column(c, **kw)
     for t in shown:
         style = _STYLE[t.status]
-        tt.add_row(f"[{style}]{t.status}[/{style}]", t.name, f"{t.source_type or '-'}→{t.type or '-'}",
+        tt.add_row(f"[{style}]{t.status}[/{style}]", esc(t.name), f"{t.source_type or '-'}→{t.type or '-'}",
                    "-" if t.ne is None else ",".join(map(str, t.ne)), _num(t.rel_rms), _num(t.expected_rel_rms),
                    _num(t.max_abs), "-" if not t.max_abs_index else ",".join(map(str, t.max_abs_index)),
                    _num(t.cosine, ".6f"), " ".join(t.flags))

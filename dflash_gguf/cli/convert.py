@@ -11,7 +11,7 @@ from ..convert import ConvertResult, plan_conversion, retarget, write_conversion
 from ..formats import FORMATS
 from ..convert.plan import OUTTYPES, ConversionPlan
 from ._app import app
-from ._common import byte_progress, out, print_json, warn
+from ._common import byte_progress, esc, out, print_json, warn
 
 FormatOpt = Annotated[str, typer.Option("--format", "-f", help=f"Output flavour: {', '.join(FORMATS)}.")]
 ForceOpt = Annotated[bool, typer.Option("--force", help="Overwrite OUT if it exists.")]
@@ -75,7 +75,7 @@ def retarget_cmd(
                     "tensors": [{"from": a, "to": b} for a, b in result.renamed],
                     "output": None if result.written is None else str(result.written.path)})
         return
-    out.print(f"{src.name}: [bold]{result.source_format}[/bold] → [bold]{result.target_format}[/bold] "
+    out.print(f"{esc(src.name)}: [bold]{result.source_format}[/bold] → [bold]{result.target_format}[/bold] "
               f"(architecture {result.arch})")
     changed = [(a, b) for a, b in result.renamed if a != b]
     for a, b in changed:
@@ -86,19 +86,19 @@ def retarget_cmd(
 
 
 def render_plan(plan: ConversionPlan) -> None:
-    out.print(f"[bold]plan[/bold]: format {plan.format}, architecture {plan.arch}, outtype {plan.outtype}")
+    out.print(f"[bold]plan[/bold]: format {plan.format}, architecture {esc(plan.arch)}, outtype {plan.outtype}")
     kv = Table(title="metadata", show_lines=False)
     for c in ("key", "type", "value"):
         kv.add_column(c)
     for item in plan.kvs:
         j = item.to_json()
-        kv.add_row(j["key"], j["type"], _short(j["value"]))
+        kv.add_row(esc(j["key"]), j["type"], esc(_short(j["value"])))
     out.print(kv)
     tt = Table(title=f"tensors ({len(plan.tensors)}, {plan.total_bytes:,} bytes)")
     for c in ("source", "GGUF name", "shape (ne)", "type", "why"):
         tt.add_column(c)
     for t in plan.tensors:
-        tt.add_row(t.src or "(generated)", t.dst, str(list(reversed(t.shape))), t.ggml_type.name, t.reason)
+        tt.add_row(esc(t.src or "(generated)"), esc(t.dst), str(list(reversed(t.shape))), t.ggml_type.name, t.reason)
     out.print(tt)
     _render_notes(plan)
 
@@ -108,7 +108,7 @@ def render_summary(result: ConvertResult) -> None:
     types: dict[str, int] = {}
     for t in plan.tensors:
         types[t.ggml_type.name] = types.get(t.ggml_type.name, 0) + 1
-    out.print(f"[bold green]wrote[/bold green] {w.path}  ({w.file_size:,} bytes)")
+    out.print(f"[bold green]wrote[/bold green] {esc(w.path)}  ({w.file_size:,} bytes)")
     out.print(f"  format        {plan.format}  (general.architecture = {plan.arch})", markup=False)
     out.print(f"  tensors       {w.n_tensors}  ({', '.join(f'{n} {k}' for k, n in sorted(types.items()))})", markup=False)
     out.print(f"  metadata      {w.n_kv} keys", markup=False)

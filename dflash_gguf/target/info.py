@@ -22,6 +22,7 @@ from gguf import GGUFValueType as T
 from ..config import DrafterConfig, load_target_config
 from ..errors import ConfigError, TargetError, UsageError
 from ..fileio.gguf_header import GGUFHeader, raw_string, read_header
+from ..fileio.gguf_reader import bad_kv
 from ..fileio.string_array import StringArray
 from ..fileio.types import KV, kv_u32
 from .hf_vocab import vocab_from_hf_dir
@@ -137,6 +138,10 @@ def target_from_gguf(path: str | Path) -> TargetInfo:
         raise TargetError(
             f"{p}: has no tokenizer ({K_TOKENS} / {K_MODEL} missing); pass the full target model GGUF, or --target-dir"
         )
+    for key, want, ok in ((K_TOKENS, "an array of strings", header.kv[K_TOKENS].sub_type == T.STRING),
+                          (K_MODEL, "a string", isinstance(header.get(K_MODEL), str))):
+        if not ok:
+            raise bad_kv(str(p), header.kv[key], want)
 
     def need_u(key: str) -> int:
         v = header.get(key)
