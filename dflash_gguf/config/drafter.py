@@ -9,14 +9,13 @@ Required values have no default: a missing one raises ConfigError naming the key
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
 from .rope import RopeScaling, parse_rope
-from .values import INT32_MAX, MAX_LAYERS, coerce, flag
+from .values import INT32_MAX, MAX_LAYERS, coerce, flag, read_config_json
 
 DFLASH1_ARCH = "DFlashDraftModel"
 DFLASH2_ARCH = "DFlash2DraftModel"
@@ -98,16 +97,8 @@ def load_config(drafter_dir: str | Path) -> DrafterConfig:
         ConfigError: the file is missing or not JSON, a required key is missing, or a
             value is out of range (NaN theta, taps outside the target, ...).
     """
-    path = Path(drafter_dir)
-    cfg_path = path / "config.json" if path.is_dir() else path
-    if not cfg_path.is_file():
-        raise ConfigError(f"{cfg_path}: not found (expected the drafter's config.json next to its safetensors)")
-    try:
-        raw = json.loads(cfg_path.read_text(encoding="utf-8"))
-    except (OSError, ValueError, RecursionError) as exc:  # ValueError: bad JSON/UTF-8, ints over 4300 digits
-        raise ConfigError(f"{cfg_path}: not valid JSON ({exc}); re-download the config") from None
-    if not isinstance(raw, dict):
-        raise ConfigError(f"{cfg_path}: top level must be a JSON object")
+    raw, cfg_path = read_config_json(drafter_dir, "not found (expected the drafter's config.json next to its "
+                                                  "safetensors)", "; re-download the config")
     return parse_config(raw, cfg_path)
 
 

@@ -5,7 +5,6 @@ required; multimodal configs nest the language model under ``text_config``, whic
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -13,6 +12,7 @@ from typing import Any
 from ..errors import ConfigError
 from .drafter import Resolver
 from .rope import RopeScaling, parse_rope
+from .values import read_config_json
 
 
 @dataclass(frozen=True)
@@ -46,16 +46,8 @@ def load_target_config(target_dir: str | Path) -> TargetConfig:
     Raises:
         ConfigError: missing file, bad JSON, or missing hidden_size / num_hidden_layers / vocab_size.
     """
-    path = Path(target_dir)
-    cfg_path = path / "config.json" if path.is_dir() else path
-    if not cfg_path.is_file():
-        raise ConfigError(f"{cfg_path}: target config.json not found (--target-dir must be a Hugging Face model dir)")
-    try:
-        top = json.loads(cfg_path.read_text(encoding="utf-8"))
-    except (OSError, ValueError, RecursionError) as exc:  # ValueError: bad JSON/UTF-8, ints over 4300 digits
-        raise ConfigError(f"{cfg_path}: not valid JSON ({exc})") from None
-    if not isinstance(top, dict):
-        raise ConfigError(f"{cfg_path}: top level must be a JSON object")
+    top, cfg_path = read_config_json(target_dir, "target config.json not found (--target-dir must be a Hugging "
+                                                 "Face model dir)")
     return parse_target_config(top, cfg_path)
 
 

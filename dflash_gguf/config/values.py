@@ -6,6 +6,7 @@ the converter.
 """
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,25 @@ from ..errors import ConfigError
 INT32_MAX = 2**31 - 1  # sizes and ids end up as GGUF (u)int32 values
 MAX_LAYERS = 1 << 16  # far above any real model; bounds per-layer loops on a corrupt config
 FLOAT32_MAX = 3.4028234663852886e38  # float knobs end up as GGUF float32 values
+
+
+def read_config_json(location: str | Path, missing: str, fix: str = "") -> tuple[dict[str, Any], Path]:
+    """The JSON object in ``location`` (a model dir's config.json, or the file itself) and its path.
+
+    Raises:
+        ConfigError: ``<path>: <missing>`` when absent; not JSON (``fix`` appended); not an object.
+    """
+    path = Path(location)
+    cfg_path = path / "config.json" if path.is_dir() else path
+    if not cfg_path.is_file():
+        raise ConfigError(f"{cfg_path}: {missing}")
+    try:
+        raw = json.loads(cfg_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError) as exc:  # ValueError: bad JSON/UTF-8, ints over 4300 digits
+        raise ConfigError(f"{cfg_path}: not valid JSON ({exc}){fix}") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{cfg_path}: top level must be a JSON object")
+    return raw, cfg_path
 
 
 def coerce(value: Any, kind: type, where: str, path: Path, lo: int | None = 1, hi: int = INT32_MAX) -> Any:

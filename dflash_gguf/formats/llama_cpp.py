@@ -11,7 +11,8 @@ from __future__ import annotations
 from gguf import GGUFValueType as T
 
 from ..fileio.types import KV
-from .meta import I32_MAX, DrafterMeta, Format, kv_int, kv_ints
+from ..fileio.gguf_reader import I32_MAX, get_int, get_ints
+from .meta import DrafterMeta, Format
 
 MASK_KEY = "tokenizer.ggml.mask_token_id"
 _DFLASH2_KEYS = ("conv_kernel_size", "conv_group_size", "selector_rank", "selector_top_k")
@@ -51,12 +52,12 @@ class Mainline(Format):
 
     def parse_dflash(self, arch, kv, meta, consumed, path=""):
         # stored as layer-input ids (+1); every format writes taps as INT32
-        stored = kv_ints(kv, f"{arch}.target_layers", consumed, path=path, lo=0, hi=I32_MAX - 1)
+        stored = get_ints(kv, f"{arch}.target_layers", consumed, path=path, lo=0, hi=I32_MAX - 1)
         meta.taps = tuple(i - self.tap_offset for i in stored)
-        meta.block_size = kv_int(kv, f"{arch}.block_size", consumed, required=False, path=path)
-        meta.mask_token_id = kv_int(kv, MASK_KEY, consumed, required=False, path=path)
+        meta.block_size = get_int(kv, f"{arch}.block_size", consumed, required=False, path=path)
+        meta.mask_token_id = get_int(kv, MASK_KEY, consumed, required=False, path=path)
         for k in _DFLASH2_KEYS:
-            v = kv_int(kv, f"{arch}.{k}", consumed, required=False, path=path)
+            v = get_int(kv, f"{arch}.{k}", consumed, required=False, path=path)
             if v is not None:
                 meta.dflash2[k] = v
 
@@ -86,10 +87,10 @@ class PR22105(Format):
         return out
 
     def parse_dflash(self, arch, kv, meta, consumed, path=""):
-        stored = kv_ints(kv, f"{arch}.target_layer_ids", consumed, path=path, lo=0, hi=I32_MAX - 1)
+        stored = get_ints(kv, f"{arch}.target_layer_ids", consumed, path=path, lo=0, hi=I32_MAX - 1)
         meta.taps = tuple(i - self.tap_offset for i in stored)
-        meta.block_size = kv_int(kv, f"{arch}.block_size", consumed, required=False, path=path)
-        meta.mask_token_id = kv_int(kv, f"{arch}.mask_token_id", consumed, required=False, path=path)
+        meta.block_size = get_int(kv, f"{arch}.block_size", consumed, required=False, path=path)
+        meta.mask_token_id = get_int(kv, f"{arch}.mask_token_id", consumed, required=False, path=path)
 
 
 MAINLINE = Mainline()

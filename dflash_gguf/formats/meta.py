@@ -10,15 +10,12 @@ through the same ``Format.kvs``.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
-from typing import Any, Callable
+from dataclasses import dataclass, field
+from typing import Any
 
 from gguf import GGUFValueType
 
 from ..errors import UsageError
-from ..fileio.gguf_reader import (  # noqa: F401  (typed KV access, re-exported for the format modules)
-    I32_MAX, INT_TYPES, U32_MAX, bad_kv, describe_kv, kv_bool, kv_bools, kv_float, kv_int, kv_ints, kv_str,
-)
 from ..fileio.types import KV
 from .names import (BLK_RE, DFLASH2_LAYER, FC, GLOBAL_TENSORS, HIDDEN_NORM, LAYER_RE, LAYER_TENSORS, OPTIONAL_TENSORS,
                     PRE_FFN_NORM)
@@ -182,19 +179,3 @@ class Format:
     def rename_from(self, other: "Format", gguf_name: str) -> str | None:
         src = other.source_name(gguf_name)
         return None if src is None else self.gguf_name(src)
-
-
-# --- helpers used by the format modules -------------------------------------------------
-def kv_value(kv: dict[str, KV], key: str, consumed: set[str], kind: Callable[[Any], Any] = int, required: bool = True,
-             path: str = "") -> Any:
-    """Compatibility shim: ``kind=int`` is ``kv_int`` (UINT32 range), ``kind=list`` is ``kv_ints``."""
-    if kind is int:
-        return kv_int(kv, key, consumed, required=required, path=path)
-    if kind in (list, tuple):
-        got = kv_ints(kv, key, consumed, required=required, path=path)
-        return None if got is None else kind(got)
-    raise TypeError(f"kv_value: unsupported kind {kind!r}")
-
-
-def with_taps(meta: DrafterMeta, taps: tuple[int, ...]) -> DrafterMeta:
-    return replace(meta, taps=tuple(taps))

@@ -12,7 +12,7 @@ from gguf import GGMLQuantizationType as Q
 from gguf import GGUFValueType
 
 from ..errors import QuantizationError
-from ..fileio.gguf_reader import kv_int
+from ..fileio.gguf_reader import get_int
 from ..fileio.gguf_writer import tensor_nbytes
 from ..fileio.types import KV
 from .policy import ftype_id, layer_of, plan_types, resolve_ftype
@@ -64,7 +64,7 @@ def requantize_layout(
     n_layer = None
     if arch is not None and isinstance(arch.value, str):
         # llama-quantize reads n_layer as a uint32: any other type is a file it refuses too
-        n_layer = kv_int(kv_by, f"{arch.value}.block_count", None, required=False, path=where)
+        n_layer = get_int(kv_by, f"{arch.value}.block_count", None, required=False, path=where)
     if n_layer is None:  # as llama.cpp parses names: sscanf("blk.%d."), -1 when it does not match
         n_layer = 1 + max((layer_of(n) for n, *_ in tensors), default=-1)
     src_types = {n: t for n, _s, t in tensors}

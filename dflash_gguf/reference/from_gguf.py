@@ -17,7 +17,7 @@ from ..errors import ConfigError, GGUFFormatError, QuantizationError, WeightsErr
 from ..formats import meta_from_gguf
 from ..fileio.gguf_header import show
 from ..formats.names import BLK_RE, target_hf_name
-from ..fileio.gguf_reader import GGUFFile, kv_bool, kv_bools, kv_float, kv_int, kv_str, read_gguf
+from ..fileio.gguf_reader import GGUFFile, get_bool, get_bools, get_float, get_int, get_str, read_gguf
 from ..fileio.types import TensorInfo
 
 _MISSING = object()
@@ -43,7 +43,7 @@ def dequantized(f: GGUFFile, t: TensorInfo) -> np.ndarray:
 
 class _Keys:
     """Typed reads of ``<arch>.<suffix>`` keys: a key of the wrong type, NaN, or a size of 0 is
-    one GGUFFormatError naming the key (see formats.meta.kv_int)."""
+    one GGUFFormatError naming the key (see fileio.gguf_reader.get_int)."""
 
     def __init__(self, f: GGUFFile, path: str | Path, why: str) -> None:
         self.kvs, self.arch, self.path, self.why = f.kvs, f.arch, str(path), why
@@ -62,20 +62,20 @@ class _Keys:
             if default is _MISSING:
                 raise self._missing(suffix)
             return default
-        return kv_int(self.kvs, self.key(suffix), None, path=self.path, lo=lo)
+        return get_int(self.kvs, self.key(suffix), None, path=self.path, lo=lo)
 
     def float(self, suffix: str, default: Any = _MISSING, positive: bool = False) -> Any:
         if not self.has(suffix):
             if default is _MISSING:
                 raise self._missing(suffix)
             return default
-        return kv_float(self.kvs, self.key(suffix), None, path=self.path, positive=positive)
+        return get_float(self.kvs, self.key(suffix), None, path=self.path, positive=positive)
 
     def rope_scaling(self) -> dict[str, Any] | None:
         """The config's rope_scaling from ``rope.scaling.*`` keys, or None."""
         if not self.has("rope.scaling.type"):
             return None
-        typ = kv_str(self.kvs, self.key("rope.scaling.type"), None, path=self.path)
+        typ = get_str(self.kvs, self.key("rope.scaling.type"), None, path=self.path)
         if typ == "none":
             return None
         out: dict[str, Any] = {"rope_type": typ, "factor": self.float("rope.scaling.factor", 1.0, positive=True)}
@@ -160,13 +160,13 @@ def drafter_from_gguf(path: str | Path) -> tuple[DrafterConfig, dict[str, np.nda
         raw["sliding_window"] = k.int("attention.sliding_window")
         pattern = (True,) * n_layers
         if k.has("attention.sliding_window_pattern"):
-            pattern = kv_bools(f.kvs, k.key("attention.sliding_window_pattern"), None, path=k.path)
+            pattern = get_bools(f.kvs, k.key("attention.sliding_window_pattern"), None, path=k.path)
             if len(pattern) != n_layers:
                 raise GGUFFormatError(f"{path}: {k.key('attention.sliding_window_pattern')} has {len(pattern)} "
                                       f"entries for {n_layers} layers (corrupt metadata; re-convert)")
         raw["layer_types"] = ["sliding_attention" if p else "full_attention" for p in pattern]
     if k.has("attention.causal"):
-        raw["is_causal"] = kv_bool(f.kvs, k.key("attention.causal"), None, path=k.path)
+        raw["is_causal"] = get_bool(f.kvs, k.key("attention.causal"), None, path=k.path)
     for key, name in (("final_logit_softcapping", "final_logit_softcapping"), ("logit_scale", "output_multiplier"),
                       ("embedding_scale", "input_embedding_scale")):
         if k.has(key):

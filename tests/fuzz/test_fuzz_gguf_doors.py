@@ -41,11 +41,10 @@ import tempfile
 import time
 import traceback
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-import numpy as np
 import pytest
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType as Q, GGUFValueType as V, GGUFWriter
 from gguf.gguf_writer import GGUFValue
