@@ -33,6 +33,14 @@ def esc(value: Any) -> str:
     return escape(str(value))
 
 
+def error_line(exc: BaseException) -> None:
+    """The one ``error:`` line on stderr. Control characters are escaped: a corrupt key or name
+    inside the message must not break the one-line contract."""
+    from ..fileio.header_records import show
+
+    err.print(f"error: {show(str(exc), limit=1 << 20)}", markup=False)
+
+
 def print_json(obj: Any) -> None:
     """Write one JSON document to stdout (plain print: rich would re-wrap long lines)."""
     sys.stdout.write(json.dumps(obj, indent=2, sort_keys=False, default=_json_default) + "\n")

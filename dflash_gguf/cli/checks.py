@@ -18,7 +18,7 @@ from ..guards.shards import load_complete
 from ..errors import EXIT_BASE, EXIT_FINDINGS, EXIT_PAIRING, EXIT_UNKNOWN, DflashError
 from ..guards.instruct import InstructVerdict, Verdict, classify
 from ._app import app
-from ._common import byte_progress, err, esc, out, print_json
+from ._common import byte_progress, error_line, esc, out, print_json
 
 
 FileArg = Annotated[Path, typer.Argument(help="A GGUF file (for a sharded model, any of its shards).")]
@@ -29,7 +29,7 @@ def _fail_json(path: Path, exc: DflashError) -> None:
     """With --json, a failure is still a JSON document (CI parses stdout), then its exit code."""
     print_json({"file": str(path), "exit_code": exc.exit_code,
                 "error": {"type": type(exc).__name__, "message": str(exc)}})
-    err.print(f"error: {exc}", markup=False)
+    error_line(exc)
     raise typer.Exit(exc.exit_code)
 
 

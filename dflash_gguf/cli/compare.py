@@ -19,7 +19,7 @@ from ..compare import BIT_IDENTICAL, EXTRA, MISSING, OUT, SHAPE_MISMATCH, WITHIN
     parse_tolerances
 from ..errors import EXIT_MISMATCH, DflashError
 from ._app import app
-from ._common import byte_progress, err, esc, out, print_json
+from ._common import byte_progress, error_line, esc, out, print_json
 
 
 _STYLE = {BIT_IDENTICAL: "green", WITHIN: "cyan", OUT: "red", MISSING: "red", EXTRA: "red", SHAPE_MISMATCH: "red"}
@@ -68,7 +68,7 @@ def compare_cmd(
         if json_out:  # CI parses stdout: a failure is still one JSON document
             print_json({"a": str(source), "b": str(gguf), "exit_code": exc.exit_code,
                         "error": {"type": type(exc).__name__, "message": str(exc)}})
-            err.print(f"error: {exc}", markup=False)
+            error_line(exc)
             raise typer.Exit(exc.exit_code)
         raise
     code = 0 if report.passed else EXIT_MISMATCH

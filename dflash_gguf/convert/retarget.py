@@ -5,7 +5,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from ..errors import TargetError, UsageError
+from ..errors import GGUFFormatError, TargetError, UsageError
+from ..fileio.gguf_header import show
 from ..fileio.gguf_reader import read_gguf
 from ..fileio.gguf_writer import TensorOut, WriteReport, write_gguf
 from ..formats import Format, get_format, meta_from_gguf
@@ -39,11 +40,16 @@ def retarget(
     if target_gguf or target_dir:
         _attach_tokenizer(meta, target_gguf, target_dir, src)
     arch, kvs = to_fmt.kvs(meta)
-    renamed, tensors = [], []
+    renamed, tensors, by_new = [], [], {}
     for t in f.tensors:
         new = to_fmt.rename_from(from_fmt, t.name)
         if new is None:
             new = t.name  # not a drafter-table tensor (e.g. rope_freqs, d2t): keep its name
+        if new in by_new:
+            raise GGUFFormatError(
+                f"{src}: tensors {show(by_new[new])} and {show(t.name)} would both be named {show(new)} in "
+                f"--format {to_fmt.name} (a tensor carries another format's name; re-convert the drafter)")
+        by_new[new] = t.name
         renamed.append((t.name, new))
         tensors.append(TensorOut(new, t.shape, t.ggml_type, t.nbytes, (lambda e=t: f.raw(e))))
     if dry_run:
