@@ -26,6 +26,15 @@ class RopeScaling:
     original_context_length: int | None
     params: dict[str, float] = field(default_factory=dict)
 
+    @property
+    def llama3_freq_factors(self) -> tuple[float, float]:
+        """llama3's (low_freq_factor, high_freq_factor), with transformers' defaults."""
+        return llama3_freq_factors(self.params)
+
+
+def llama3_freq_factors(params: dict[str, float]) -> tuple[float, float]:
+    return params.get("low_freq_factor", 1.0), params.get("high_freq_factor", 4.0)
+
 
 @dataclass(frozen=True)
 class Rope:
@@ -132,8 +141,8 @@ def _positive(value: Any) -> bool:
 
 def _check_llama3(params: dict[str, float], where: str, path: Path) -> None:
     # The rope_freqs maths divides by both factors and by their difference; transformers
-    # requires high > low too. Defaults as in transformers (and convert/plan.py).
-    low, high = params.get("low_freq_factor", 1.0), params.get("high_freq_factor", 4.0)
+    # requires high > low too.
+    low, high = llama3_freq_factors(params)
     if not 0 < low < high:
         raise ConfigError(
             f"{path}: {where} llama3 needs 0 < low_freq_factor < high_freq_factor, got {low} and {high}; fix config.json"

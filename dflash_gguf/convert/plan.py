@@ -253,8 +253,7 @@ def llama3_rope_factors(cfg: DrafterConfig):
     dim = cfg.rope_dim
     freqs = 1.0 / (cfg.rope_theta ** (np.arange(0, dim, 2, dtype=np.float32) / dim))
     factor = rs.factor
-    low = rs.params.get("low_freq_factor", 1.0)
-    high = rs.params.get("high_freq_factor", 4.0)
+    low, high = rs.llama3_freq_factors
     old = rs.original_context_length or 8192
     low_wavelen, high_wavelen = old / low, old / high
     out = []
