@@ -1,15 +1,15 @@
 """Load the reference drafter / target from Hugging Face directories (config.json + safetensors)."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
+import numpy as np
 import torch
-from safetensors.torch import load_file
 from torch import nn
 
 from ..config import DrafterConfig, load_config, load_target_config
 from ..errors import UsageError, WeightsError
+from ..fileio.safetensors import FLOAT_DTYPES, read_inventory, read_raw, to_f32
 from .drafter import DFlashDrafter
 from .target import Target, TargetSpec
 
@@ -43,25 +43,18 @@ def resolve_dtype(dtype: str | torch.dtype) -> torch.dtype:
 
 
 def read_safetensors(model_dir: str | Path) -> dict[str, torch.Tensor]:
-    """Every tensor of a HF model dir: sharded (``model.safetensors.index.json``) or not.
+    """Every tensor of a HF model dir (``model.safetensors`` or sharded), read through the validated
+    safetensors reader (``fileio.safetensors``: the same checks as convert); float tensors as exact
+    float32 (bf16 → f32 is a shift), others in their stored dtype.
 
     Raises:
-        WeightsError: no safetensors file, or a file safetensors cannot parse.
+        OutputError: no safetensors file.
+        WeightsError: a corrupt or truncated header, a malformed index, a missing shard.
     """
-    d = Path(model_dir)
-    index = d / "model.safetensors.index.json"
-    if index.is_file():
-        shards = sorted({d / f for f in json.loads(index.read_text())["weight_map"].values()})
-    else:
-        shards = sorted(d.glob("*.safetensors"))
-    if not shards:
-        raise WeightsError(f"{d}: no *.safetensors files (the reference loads safetensors only)")
     tensors: dict[str, torch.Tensor] = {}
-    for shard in shards:
-        try:
-            tensors.update(load_file(str(shard), device="cpu"))
-        except Exception as exc:  # safetensors raises its own SafetensorError / OSError
-            raise WeightsError(f"{shard}: cannot read safetensors ({exc})") from None
+    for t in read_inventory(model_dir):
+        data = to_f32(t) if t.dtype in FLOAT_DTYPES else read_raw(t)
+        tensors[t.name] = torch.from_numpy(np.ascontiguousarray(data).reshape(t.shape))
     return tensors
 
 

@@ -20,13 +20,12 @@ def test_inventory_of_fixture():
 
 
 def test_bf16_to_f32_is_exact():
-    import torch
+    pytest.importorskip("torch", reason="torch's bf16 → f32 is the reference here")
     from safetensors.torch import load_file
 
     ref = load_file(DRAFTERS / "qwen3-flat" / "model.safetensors")["fc.weight"].float().numpy()
     t = next(t for t in read_inventory(DRAFTERS / "qwen3-flat") if t.name == "fc.weight")
     assert np.array_equal(to_f32(t), ref)
-    assert torch is not None
 
 
 def test_truncated_file_names_tensor_and_offset():

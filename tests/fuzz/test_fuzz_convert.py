@@ -33,6 +33,12 @@ from dflash_gguf.cli import main
 
 from tests.conftest import DRAFTERS, ROOT, TARGETS
 
+try:
+    import torch  # noqa: F401  (parity's loader is fuzzed too when torch is installed)
+    HAVE_TORCH = True
+except ImportError:
+    HAVE_TORCH = False
+
 # Total examples over the property tests below, shared out by weight. CI keeps it small.
 TOTAL = int(os.environ.get("DFLASH_FUZZ_EXAMPLES", "400"))
 CASE_TIMEOUT_S = float(os.environ.get("DFLASH_FUZZ_CASE_TIMEOUT", "30"))
@@ -61,18 +67,37 @@ def _alarm(signum, frame):
     raise CaseTimeout(f"convert did not finish within {CASE_TIMEOUT_S} s (hang?)")
 
 
-def run_convert(drafter: Path, out_dir: Path, extra: list[str]) -> tuple[int, str]:
-    """Run ``dflash-gguf convert`` in-process; returns (exit code, stderr)."""
-    err, out = io.StringIO(), io.StringIO()
+@contextlib.contextmanager
+def time_limit():
     previous = signal.signal(signal.SIGALRM, _alarm)
     signal.setitimer(signal.ITIMER_REAL, CASE_TIMEOUT_S)
     try:
-        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
-            code = main(["convert", str(drafter), "-o", str(out_dir / "d.gguf"), *extra])
+        yield
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
+
+
+def run_convert(drafter: Path, out_dir: Path, extra: list[str]) -> tuple[int, str]:
+    """Run ``dflash-gguf convert`` in-process; returns (exit code, stderr)."""
+    err, out = io.StringIO(), io.StringIO()
+    with time_limit(), contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
+        code = main(["convert", str(drafter), "-o", str(out_dir / "d.gguf"), *extra])
     return code, err.getvalue()
+
+
+def load_for_parity(drafter: Path) -> None:
+    """parity's drafter-dir loader (``reference.load_drafter``) on the same input: a drafter or a
+    DflashError (which the CLI prints as one line), never another exception."""
+    if not HAVE_TORCH:
+        return
+    from dflash_gguf.reference import load_drafter
+
+    with time_limit():
+        try:
+            load_drafter(drafter)
+        except errors.DflashError:
+            pass
 
 
 def check_outcome(code: int, stderr: str, out_dir: Path, extra: list[str]) -> None:
@@ -97,6 +122,7 @@ def convert_case(build, extra: list[str]) -> None:
         build(drafter)
         code, stderr = run_convert(drafter, out_dir, extra)
         check_outcome(code, stderr, out_dir, extra)
+        load_for_parity(drafter)
 
 
 # --- fixtures as data ---------------------------------------------------------------------------
