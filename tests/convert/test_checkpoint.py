@@ -199,16 +199,6 @@ def test_float_outtypes(cli, tmp_path, outtype, expect):
     assert ft == {"f32": 0, "f16": 1, "bf16": 32}[outtype]
 
 
-def test_inspect_shows_both_conventions(cli, tmp_path):
-    code, src, _, _ = do_convert(cli, tmp_path, "qwen3-flat", "llama.cpp")
-    code, so, se = cli("inspect", src, "--json")
-    assert code == 0, se
-    j = json.loads(so)
-    assert j["format"] == "llama.cpp"
-    assert j["target_layers"] == {"zlab_output_of_layer": [0, 1, 2, 3], "llamacpp_input_of_layer": [1, 2, 3, 4],
-                                  "stored": [1, 2, 3, 4]}
-
-
 def test_peak_memory_tracks_largest_tensor(tmp_path):
     """Convert a generated drafter of ~200 MB in a subprocess; peak RSS must stay far below it."""
     script = r'''
