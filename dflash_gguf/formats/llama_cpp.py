@@ -8,11 +8,7 @@ while z-lab ids name the layer whose *output* is tapped.
 """
 from __future__ import annotations
 
-from gguf import GGUFValueType as T
-
-from ..fileio.types import KV
-from ..fileio.gguf_reader import I32_MAX, get_int, get_ints
-from .meta import DrafterMeta, Format
+from .meta import DKey, Format
 
 MASK_KEY = "tokenizer.ggml.mask_token_id"
 _DFLASH2_KEYS = ("conv_kernel_size", "conv_group_size", "selector_rank", "selector_top_k")
@@ -35,31 +31,10 @@ class Mainline(Format):
         ("{a}.rope.freq_base", "warning", "llama.cpp falls back to 10,000: wrong RoPE, low acceptance"),
         ("{a}.block_size", "info", "the runtime assumes 16"),
     )
-
-    def dflash_kvs(self, arch: str, meta: DrafterMeta) -> list[KV]:
-        out = []
-        if meta.block_size is not None:
-            out.append(KV(f"{arch}.block_size", meta.block_size, T.UINT32))
-        for k in _DFLASH2_KEYS:
-            if k in meta.dflash2:
-                out.append(KV(f"{arch}.{k}", meta.dflash2[k], T.UINT32))
-        out.append(KV(f"{arch}.target_layers", self.stored_taps(meta), T.ARRAY, T.INT32))
-        return out
-
-    def tail_kvs(self, arch: str, meta: DrafterMeta) -> list[KV]:
-        # The mask id moved into the vocab (llama_vocab_mask); the converter writes it last.
-        return [] if meta.mask_token_id is None else [KV(MASK_KEY, meta.mask_token_id, T.UINT32)]
-
-    def parse_dflash(self, arch, kv, meta, consumed, path=""):
-        # stored as layer-input ids (+1); every format writes taps as INT32
-        stored = get_ints(kv, f"{arch}.target_layers", consumed, path=path, lo=0, hi=I32_MAX - 1)
-        meta.taps = tuple(i - self.tap_offset for i in stored)
-        meta.block_size = get_int(kv, f"{arch}.block_size", consumed, required=False, path=path)
-        meta.mask_token_id = get_int(kv, MASK_KEY, consumed, required=False, path=path)
-        for k in _DFLASH2_KEYS:
-            v = get_int(kv, f"{arch}.{k}", consumed, required=False, path=path)
-            if v is not None:
-                meta.dflash2[k] = v
+    # The mask id moved into the vocab (llama_vocab_mask); the converter writes it last.
+    dflash_keys = (DKey("{a}.block_size", "block_size"),
+                   *(DKey(f"{{a}}.{k}", k) for k in _DFLASH2_KEYS),
+                   DKey("{a}.target_layers", "taps"), DKey(MASK_KEY, "mask_token_id", tail=True))
 
 
 class PR22105(Format):
@@ -77,20 +52,8 @@ class PR22105(Format):
         ("{a}.attention.layer_norm_rms_epsilon", "error", "the loader requires it"),
         ("{a}.rope.freq_base", "warning", "falls back to 10,000: wrong RoPE, low acceptance"),
     )
-
-    def dflash_kvs(self, arch: str, meta: DrafterMeta) -> list[KV]:
-        out = [KV(f"{arch}.target_layer_ids", self.stored_taps(meta), T.ARRAY, T.INT32)]
-        if meta.block_size is not None:
-            out.append(KV(f"{arch}.block_size", meta.block_size, T.UINT32))
-        if meta.mask_token_id is not None:
-            out.append(KV(f"{arch}.mask_token_id", meta.mask_token_id, T.UINT32))
-        return out
-
-    def parse_dflash(self, arch, kv, meta, consumed, path=""):
-        stored = get_ints(kv, f"{arch}.target_layer_ids", consumed, path=path, lo=0, hi=I32_MAX - 1)
-        meta.taps = tuple(i - self.tap_offset for i in stored)
-        meta.block_size = get_int(kv, f"{arch}.block_size", consumed, required=False, path=path)
-        meta.mask_token_id = get_int(kv, f"{arch}.mask_token_id", consumed, required=False, path=path)
+    dflash_keys = (DKey("{a}.target_layer_ids", "taps"), DKey("{a}.block_size", "block_size"),
+                   DKey("{a}.mask_token_id", "mask_token_id"))
 
 
 MAINLINE = Mainline()

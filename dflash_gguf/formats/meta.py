@@ -16,6 +16,7 @@ from typing import Any
 from gguf import GGUFValueType
 
 from ..errors import UsageError
+from ..fileio.gguf_reader import I32_MAX, get_int, get_ints
 from ..fileio.types import KV
 from .names import (BLK_RE, DFLASH2_LAYER, FC, GLOBAL_TENSORS, HIDDEN_NORM, LAYER_RE, LAYER_TENSORS, OPTIONAL_TENSORS,
                     PRE_FFN_NORM)
@@ -63,6 +64,17 @@ class DrafterMeta:
         return self.hparam("attention.causal")
 
 
+@dataclass(frozen=True)
+class DKey:
+    """One DFlash-specific key as a format spells it (``{a}`` = the architecture) and the
+    DrafterMeta fact it carries: taps, n_taps, n_target_features, block_size, mask_token_id,
+    vocab_size, or a DFlash2 hparam by name. The same entry writes and parses the key."""
+
+    key: str
+    fact: str
+    tail: bool = False  # written after the tokenizer keys
+
+
 class Format:
     """A runtime family's spelling of a drafter. Subclasses set the class attributes and
     implement ``dflash_kvs`` / ``parse_dflash``; the rest is shared."""
@@ -77,6 +89,7 @@ class Format:
     pre_ffn_norm: str = "ffn_norm.weight"
     supports_dflash2: bool = False
     archs: tuple[str, ...] = ()
+    dflash_keys: tuple[DKey, ...] = ()  # in file order
     # What the loaders need, read by `check`: (key, level, why) with {a} = the arch; level
     # "error" (the load fails), "warning" (a silent wrong default) or "info" (a known default).
     required_keys: tuple[tuple[str, str, str], ...] = ()
@@ -113,14 +126,35 @@ class Format:
         return arch, out
 
     def dflash_kvs(self, arch: str, meta: DrafterMeta) -> list[KV]:
-        raise NotImplementedError
+        return [kv for k in self.dflash_keys if not k.tail for kv in self._write(k, arch, meta)]
 
     def tail_kvs(self, arch: str, meta: DrafterMeta) -> list[KV]:
-        return []
+        return [kv for k in self.dflash_keys if k.tail for kv in self._write(k, arch, meta)]
 
-    def parse_dflash(self, arch: str, kv: dict[str, KV], meta: DrafterMeta, consumed: set[str]) -> None:
+    def _write(self, k: "DKey", arch: str, meta: DrafterMeta) -> list[KV]:
+        key = k.key.format(a=arch)
+        if k.fact == "taps":  # every format stores taps as INT32
+            return [KV(key, self.stored_taps(meta), T.ARRAY, T.INT32)]
+        value = {"n_taps": len(meta.taps), "n_target_features": meta.n_target_features,
+                 "block_size": meta.block_size, "mask_token_id": meta.mask_token_id,
+                 "vocab_size": meta.vocab_size}.get(k.fact, meta.dflash2.get(k.fact))
+        return [] if value is None else [KV(key, value, T.UINT32)]
+
+    def parse_dflash(self, arch: str, kv: dict[str, KV], meta: DrafterMeta, consumed: set[str], path: str = "") -> None:
         """Fill meta's DFlash fields from a file's keys, adding each key used to ``consumed``."""
-        raise NotImplementedError
+        for k in self.dflash_keys:
+            key = k.key.format(a=arch)
+            if k.fact == "taps":
+                stored = get_ints(kv, key, consumed, path=path, lo=0, hi=I32_MAX - 1)
+                meta.taps = tuple(i - self.tap_offset for i in stored)
+                continue
+            value = get_int(kv, key, consumed, required=False, path=path)
+            if k.fact in ("n_taps", "n_target_features"):
+                continue  # derived again on write (from the taps, from the fc tensor): only consumed
+            if k.fact in ("block_size", "mask_token_id", "vocab_size"):
+                setattr(meta, k.fact, value)
+            elif value is not None:
+                meta.dflash2[k.fact] = value
 
     def stored_taps(self, meta: DrafterMeta) -> list[int]:
         return [i + self.tap_offset for i in meta.taps]

@@ -102,6 +102,17 @@ def sanitize_target(state: dict[str, torch.Tensor], spec: TargetSpec) -> dict[st
     return out
 
 
+def _check_depth(state: dict[str, torch.Tensor], n_layers: int, prefix: str, where: str) -> None:
+    """The weights hold exactly layers 0..n_layers-1: checked before the module is built, which
+    takes time in the number of layers (a corrupt config may claim tens of thousands)."""
+    found = {int(k[len(prefix):].split(".", 1)[0]) for k in state
+             if k.startswith(prefix) and k[len(prefix):].split(".", 1)[0].isdigit()}
+    if found != set(range(n_layers)):
+        raise WeightsError(f"{where}: the config says {n_layers} layers but the weights hold "
+                           f"{len(found)} (ids {min(found, default=None)}..{max(found, default=None)}); "
+                           "is this config.json the one that came with these weights?")
+
+
 def drafter_from_state(cfg: DrafterConfig, state: dict[str, torch.Tensor], *, dtype="float32",
                        device="auto") -> DFlashDrafter:
     """Build a drafter from an already-read state dict (used by GGUF loading too).
@@ -109,6 +120,7 @@ def drafter_from_state(cfg: DrafterConfig, state: dict[str, torch.Tensor], *, dt
     Raises:
         WeightsError: missing / unexpected tensors or a shape the config does not imply.
     """
+    _check_depth(state, cfg.num_hidden_layers, "layers.", str(cfg.path.parent))
     with torch.device("meta"):
         module = DFlashDrafter(cfg)
     return _load_into(module, sanitize_drafter(state, cfg), str(cfg.path.parent), resolve_dtype(dtype),
@@ -117,6 +129,7 @@ def drafter_from_state(cfg: DrafterConfig, state: dict[str, torch.Tensor], *, dt
 
 def target_from_state(spec: TargetSpec, state: dict[str, torch.Tensor], *, dtype="float32", device="auto",
                       where: str = "target") -> Target:
+    _check_depth(state, spec.num_hidden_layers, "model.layers.", where)
     with torch.device("meta"):
         module = Target(spec)
     target = _load_into(module, sanitize_target(state, spec), where, resolve_dtype(dtype), resolve_device(device))
