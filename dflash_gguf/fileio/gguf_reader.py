@@ -191,34 +191,26 @@ def get_float(kv: dict[str, KV], key: str, consumed: set[str] | None, *, require
     return float(v)
 
 
-def get_bool(kv: dict[str, KV], key: str, consumed: set[str] | None, *, required: bool = True,
-            path: str = "") -> bool | None:
-    """A BOOL key.
-
-    Raises:
-        GGUFFormatError: missing (when required) or not a BOOL.
-    """
+def _get_scalar(kv: dict[str, KV], key: str, consumed: set[str] | None, required: bool, path: str,
+                vtype: T, pytype: type) -> Any:
     field_ = _required(kv, key, consumed, required, path)
     if field_ is None:
         return None
-    if field_.type != T.BOOL or not isinstance(field_.value, bool):
-        raise bad_kv(path, field_, "a BOOL")
+    if field_.type != vtype or not isinstance(field_.value, pytype):
+        raise bad_kv(path, field_, f"a {vtype.name}")
     return field_.value
+
+
+def get_bool(kv: dict[str, KV], key: str, consumed: set[str] | None, *, required: bool = True,
+             path: str = "") -> bool | None:
+    """A BOOL key. Raises GGUFFormatError: missing (when required) or not a BOOL."""
+    return _get_scalar(kv, key, consumed, required, path, T.BOOL, bool)
 
 
 def get_str(kv: dict[str, KV], key: str, consumed: set[str] | None, *, required: bool = True,
-           path: str = "") -> str | None:
-    """A STRING key.
-
-    Raises:
-        GGUFFormatError: missing (when required) or not a STRING.
-    """
-    field_ = _required(kv, key, consumed, required, path)
-    if field_ is None:
-        return None
-    if field_.type != T.STRING or not isinstance(field_.value, str):
-        raise bad_kv(path, field_, "a STRING")
-    return field_.value
+            path: str = "") -> str | None:
+    """A STRING key. Raises GGUFFormatError: missing (when required) or not a STRING."""
+    return _get_scalar(kv, key, consumed, required, path, T.STRING, str)
 
 
 def get_bools(kv: dict[str, KV], key: str, consumed: set[str] | None, *, required: bool = True,
