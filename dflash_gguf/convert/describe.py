@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import GGUFFormatError
-from ..formats import meta_from_gguf
+from ..formats import detect_format, meta_from_gguf
 from ..fileio.gguf_reader import read_gguf
 
 
@@ -19,6 +19,7 @@ class GGUFInfo:
     taps_stored: tuple[int, ...] | None
     kvs: list[dict[str, Any]]
     tensors: list[dict[str, Any]]
+    problem: str | None = None  # a drafter (by architecture) whose DFlash keys cannot be read: why
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -27,19 +28,23 @@ class GGUFInfo:
                 "zlab_output_of_layer": list(self.taps_zlab),
                 "llamacpp_input_of_layer": [i + 1 for i in self.taps_zlab],
                 "stored": list(self.taps_stored)},
-            "kv": self.kvs, "tensors": self.tensors,
+            "drafter_problem": self.problem, "kv": self.kvs, "tensors": self.tensors,
         }
 
 
 def inspect_gguf(path: str | Path) -> GGUFInfo:
     f = read_gguf(path)
-    fmt = meta = None
+    fmt = meta = problem = None
     try:
         fmt, meta = meta_from_gguf(f.kvs, f.shapes(), path)
-    except GGUFFormatError:
-        pass  # not a drafter: still show keys and tensors
+    except GGUFFormatError as exc:
+        # Not a drafter, or a drafter whose DFlash keys are broken: still show keys and tensors,
+        # and for the latter its format and what is wrong.
+        fmt = detect_format(f.arch or "", f.kvs, [t.name for t in f.tensors])
+        if fmt is not None:
+            problem = str(exc).removeprefix(f"{path}: ")
     return GGUFInfo(
-        path=Path(path), arch=f.arch, format=None if fmt is None else fmt.name,
+        path=Path(path), arch=f.arch, format=None if fmt is None else fmt.name, problem=problem,
         taps_zlab=None if meta is None else tuple(meta.taps),
         taps_stored=None if meta is None else tuple(fmt.stored_taps(meta)),
         kvs=[kv.to_json() for kv in f.kvs.values()],
