@@ -17,7 +17,6 @@ import json
 import math
 import os
 import random
-import signal
 import struct
 import subprocess
 import sys
@@ -32,6 +31,7 @@ from dflash_gguf import errors
 from dflash_gguf.cli import main
 
 from tests.conftest import DRAFTERS, ROOT, TARGETS
+from tests.fuzz.limits import time_limit
 
 try:
     import torch  # noqa: F401  (parity's loader is fuzzed too when torch is installed)
@@ -59,29 +59,10 @@ def fuzz_settings(weight: float):
 
 
 # --- running one case -------------------------------------------------------------------------
-class CaseTimeout(BaseException):
-    """Raised by SIGALRM; a BaseException so no ``except Exception`` in the code under test eats it."""
-
-
-def _alarm(signum, frame):
-    raise CaseTimeout(f"convert did not finish within {CASE_TIMEOUT_S} s (hang?)")
-
-
-@contextlib.contextmanager
-def time_limit():
-    previous = signal.signal(signal.SIGALRM, _alarm)
-    signal.setitimer(signal.ITIMER_REAL, CASE_TIMEOUT_S)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
-
-
 def run_convert(drafter: Path, out_dir: Path, extra: list[str]) -> tuple[int, str]:
     """Run ``dflash-gguf convert`` in-process; returns (exit code, stderr)."""
     err, out = io.StringIO(), io.StringIO()
-    with time_limit(), contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
+    with time_limit(CASE_TIMEOUT_S, "convert"), contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
         code = main(["convert", str(drafter), "-o", str(out_dir / "d.gguf"), *extra])
     return code, err.getvalue()
 
@@ -93,7 +74,7 @@ def load_for_parity(drafter: Path) -> None:
         return
     from dflash_gguf.reference import load_drafter
 
-    with time_limit():
+    with time_limit(CASE_TIMEOUT_S, "parity's drafter loader"):
         try:
             load_drafter(drafter)
         except errors.DflashError:

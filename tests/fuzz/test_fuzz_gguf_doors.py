@@ -34,7 +34,6 @@ import math
 import os
 import re
 import shutil
-import signal
 import struct
 import subprocess
 import sys
@@ -54,6 +53,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from dflash_gguf.errors import DflashError
 from dflash_gguf.fileio.gguf_header import parse_header_bytes
 from dflash_gguf.fileio.string_array import StringArray
+from tests.fuzz.limits import CaseTimeout, time_limit
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "fixtures"
@@ -562,19 +562,6 @@ CODES: dict[str, Counter[int]] = {}
 FAILURES: list[Outcome] = []
 
 
-@contextlib.contextmanager
-def alarm(seconds: float, what: str):
-    def on_alarm(signum, frame):
-        raise TimeoutError(f"{what}: no answer within {seconds}s")
-    old = signal.signal(signal.SIGALRM, on_alarm)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, old)
-
-
 def _known(exc: BaseException) -> str | None:
     frames = [f for f in traceback.extract_tb(exc.__traceback__) if "dflash_gguf" in f.filename]
     if not frames:
@@ -600,9 +587,9 @@ def judge(door: str, case: Case, run: Callable[[], tuple[int, str, str]], allowe
     o = Outcome(door, f"{case.base}/{case.label}")
     t0 = time.perf_counter()
     try:
-        with alarm(CASE_TIMEOUT_S, what):
+        with time_limit(CASE_TIMEOUT_S, what):
             code, out, err = run()
-    except TimeoutError as exc:
+    except CaseTimeout as exc:
         o.verdict, o.detail = "hang", str(exc)
         return o
     except DflashError as exc:  # a library door (parity's loaders): the exception is the outcome

@@ -11,11 +11,9 @@ reproduces.
 from __future__ import annotations
 
 import random
-import signal
 import struct
 import time
 from collections import Counter
-from contextlib import contextmanager
 from pathlib import Path
 
 import gguf
@@ -26,6 +24,7 @@ from dflash_gguf.guards.findings import FILE_CHECKS, MODEL_CHECKS, PAIR_CHECKS
 from dflash_gguf.errors import GGUFFormatError
 from dflash_gguf.fileio.gguf_header import parse_header_bytes
 from dflash_gguf.guards.instruct import classify
+from tests.fuzz.limits import time_limit
 
 GUARDS = Path(__file__).resolve().parents[2] / "fixtures" / "guards"
 N_HEADER_CASES = 3200
@@ -34,19 +33,6 @@ CASE_TIMEOUT_S = 2.0
 CLI_EXIT_CODES = {0, 6, 10, 11, 12, 13}
 U32, U64 = struct.Struct("<I"), struct.Struct("<Q")
 HOSTILE = [0, 1, 2, 7, 13, 255, 2**16 - 1, 2**31 - 1, 2**31, 2**32 - 1, 2**32, 2**62, 2**63 - 1, 2**63, 2**64 - 1]
-
-
-@contextmanager
-def deadline(seconds: float, case: str):
-    def on_alarm(signum, frame):
-        raise TimeoutError(f"case {case} took longer than {seconds}s")
-    old = signal.signal(signal.SIGALRM, on_alarm)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, old)
 
 
 def _rich(tmp: Path) -> bytes:
@@ -197,7 +183,7 @@ def test_fuzz_header_and_checks(corpus):
     deterministic = [(i, cut) for i, (_, (bounds, _, _)) in enumerate(corpus) for cut in bounds]
     for i, cut in deterministic:
         data = corpus[i][0]
-        with deadline(CASE_TIMEOUT_S, f"file{i}/cut@{cut}"):
+        with time_limit(CASE_TIMEOUT_S, f"file{i}/cut@{cut}"):
             outcomes[exercise(data[:cut])] += 1
         cases += 1
     while cases < N_HEADER_CASES:
@@ -205,7 +191,7 @@ def test_fuzz_header_and_checks(corpus):
         data, fmap = corpus[i]
         label, mutated = mutate(data, fmap, rng)
         t0 = time.perf_counter()
-        with deadline(CASE_TIMEOUT_S, f"file{i}/{label}"):
+        with time_limit(CASE_TIMEOUT_S, f"file{i}/{label}"):
             try:
                 outcomes[exercise(mutated)] += 1
             except AssertionError:
@@ -234,7 +220,7 @@ def test_fuzz_cli_exit_codes(corpus, tmp_path, capsys):
         p.write_bytes(mutated)
         for args in (["check", str(p), "--deep", "--no-progress"], ["check-instruct", str(p)],
                      ["check", str(p), "--target", str(p), "--json"]):
-            with deadline(CASE_TIMEOUT_S, f"file{i}/{label} {args[0]}"):
+            with time_limit(CASE_TIMEOUT_S, f"file{i}/{label} {args[0]}"):
                 code = main(args)
             capsys.readouterr()
             assert code in CLI_EXIT_CODES, f"file{i}/{label} {args}: exit {code}"
