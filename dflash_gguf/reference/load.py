@@ -170,7 +170,7 @@ def drafter_from_gguf(gguf_path: str | Path, config: str | Path | DrafterConfig 
                       dtype: str | torch.dtype = "float32", device: str | torch.device = "auto") -> DFlashDrafter:
     """The drafter a runtime would run from a GGUF: its constants and its (dequantized) weights.
 
-    Any of the four drafter GGUF spellings works (``gguf_weights.drafter_from_gguf`` detects the
+    Any of the four drafter GGUF spellings works (``from_gguf.drafter_from_gguf`` detects the
     format and maps names back). With ``config`` (the checkpoint's config.json), the two must
     describe the same drafter (taps, depth, width, block size, mask id); constants that differ
     (theta, eps, window, causality, softcap, …) are kept as the GGUF has them and listed in
@@ -203,7 +203,7 @@ def drafter_from_gguf(gguf_path: str | Path, config: str | Path | DrafterConfig 
 def target_from_gguf(gguf_path: str | Path, *, dtype: str | torch.dtype = "float32",
                      device: str | torch.device = "auto") -> Target:
     """A dense ``qwen3`` / ``llama`` target from a llama.cpp GGUF (tensors dequantized; llama's
-    Q/K rows un-permuted as llama.cpp's converter permuted them; see ``gguf_weights``).
+    Q/K rows un-permuted as llama.cpp's converter permuted them; see ``from_gguf``).
 
     Raises:
         GGUFFormatError: another architecture, a missing size key, or an unknown tensor name.
