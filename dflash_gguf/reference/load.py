@@ -42,6 +42,13 @@ def resolve_dtype(dtype: str | torch.dtype) -> torch.dtype:
     return DTYPES[dtype]
 
 
+def to_torch(a: np.ndarray) -> torch.Tensor:
+    """A copy in torch's own (64-byte aligned) memory. numpy buffers need not be aligned alike, and
+    BLAS chooses its GEMM kernel by alignment as well as by CPU: weights loaded from a GGUF and from
+    safetensors must run through the same kernel for bit-equal logits."""
+    return torch.from_numpy(np.ascontiguousarray(a)).clone()
+
+
 def read_safetensors(model_dir: str | Path) -> dict[str, torch.Tensor]:
     """Every tensor of a HF model dir (``model.safetensors`` or sharded), read through the validated
     safetensors reader (``fileio.safetensors``: the same checks as convert); float tensors as exact
@@ -54,7 +61,7 @@ def read_safetensors(model_dir: str | Path) -> dict[str, torch.Tensor]:
     tensors: dict[str, torch.Tensor] = {}
     for t in read_inventory(model_dir):
         data = to_f32(t) if t.dtype in FLOAT_DTYPES else read_raw(t)
-        tensors[t.name] = torch.from_numpy(np.ascontiguousarray(data).reshape(t.shape))
+        tensors[t.name] = to_torch(data.reshape(t.shape))
     return tensors
 
 
@@ -194,7 +201,7 @@ def drafter_from_gguf(gguf_path: str | Path, config: str | Path | DrafterConfig 
             # the GGUF holds llama3 scaling as a rope_freqs tensor; the reference rebuilds it from the config
             gcfg = replace(gcfg, rope_scaling=cfg.rope_scaling, raw={**gcfg.raw, "rope_scaling": cfg.raw.get("rope_scaling")})
         notes = compare_with_config(gcfg, cfg, gguf_path)
-    state = {k: torch.from_numpy(v) for k, v in weights.items()}
+    state = {k: to_torch(weights.pop(k)) for k in list(weights)}
     model = drafter_from_state(gcfg, state, dtype=dtype, device=device)
     model.gguf_notes = notes
     return model
@@ -213,5 +220,5 @@ def target_from_gguf(gguf_path: str | Path, *, dtype: str | torch.dtype = "float
 
     tc, weights = read_target(gguf_path)
     spec = TargetSpec.from_config(tc)
-    state = {k: torch.from_numpy(v) for k, v in weights.items()}
+    state = {k: to_torch(weights.pop(k)) for k in list(weights)}
     return target_from_state(spec, state, dtype=dtype, device=device, where=str(gguf_path))

@@ -1,0 +1,4 @@
+"""`python -m dflash_gguf ...` = the `dflash-gguf` command."""
+from .cli import main
+
+main()
