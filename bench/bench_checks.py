@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 import gguf
 
-from dflash_gguf.guards.checks import run_checks
+from dflash_gguf.guards.run import run_checks
 from dflash_gguf.fileio.gguf_header import read_header
 from dflash_gguf.guards.instruct import classify
 

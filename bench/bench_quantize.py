@@ -4,7 +4,7 @@
 Generates a realistic DFlash drafter's weights (hidden 4096, 5 layers, intermediate 12288,
 32 q heads x 128, 8 kv heads, fc 5*4096 -> 4096; bf16-representable values), one tensor at a
 time, and in one run reports, for each of our two backends side by side -- the numba kernels
-(quants/_numba.py, used when numba is installed) and the numpy path (DFLASH_GGUF_NUMBA=0):
+(quants/_numba/, used when numba is installed) and the numpy path (DFLASH_GGUF_NUMBA=0):
 
   * Q4_K_M through the llama-quantize plan (Q4_K + Q6_K): ours vs ggml's C reference
     (``ggml_quantize_chunk`` from llama-cpp-python's libggml-base, threaded over rows on the
@@ -165,10 +165,11 @@ def _version(dist: str) -> str:
 # --- the run -------------------------------------------------------------------------------
 def warm_numba() -> str:
     """Compile (or load from numba's cache) every kernel before anything is timed."""
-    kernels = (_numba.q8_0, _numba.q4_k, _numba.q5_k, _numba.q6_k)
+    names = ("q8_0", "q4_k", "q5_k", "q6_k")
     t0 = time.perf_counter()
-    for k in kernels:
-        k(np.zeros((1, 32 if k is _numba.q8_0 else 256), np.float32))
+    kernels = [_numba.kernel(n) for n in names]
+    for n, k in zip(names, kernels):
+        k(np.zeros((1, 32 if n == "q8_0" else 256), np.float32))
     dt = time.perf_counter() - t0
     misses = sum(sum(k.stats.cache_misses.values()) for k in kernels)
     how = "compiled (cache was empty or stale)" if misses else "loaded from numba's cache"

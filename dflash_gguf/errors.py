@@ -1,7 +1,8 @@
-"""One exception hierarchy; each class carries the CLI exit code for its failure class.
+"""Every exit code of the CLI, in one place: the exception hierarchy (1-8, 30, 130) and the
+verdict codes of the commands whose answer can be "no" (10-13, 20).
 
 The CLI catches DflashError only and prints ``str(err)`` as one line. Exit codes are
-documented in docs/exit-codes.md; keep the two in step.
+documented in docs/exit-codes.md; keep the two in step (a test checks that they agree).
 """
 from __future__ import annotations
 
@@ -54,7 +55,22 @@ class QuantizationError(DflashError):
     exit_code = 8
 
 
+class ParityFailure(DflashError):
+    """The lossless check failed: speculative output differs from plain greedy decoding."""
+
+    exit_code = 30
+
+
 class Interrupted(DflashError):
     """Ctrl-C: the partial output was removed."""
 
     exit_code = 130
+
+
+# Verdicts, not crashes: the command ran and the answer is "no" (docs/exit-codes.md).
+EXIT_OK = 0
+EXIT_BASE = 10          # check-instruct: verdict base
+EXIT_UNKNOWN = 11       # check-instruct: verdict unknown (0 with --allow-unknown)
+EXIT_FINDINGS = 12      # check: an error-severity finding in the file itself
+EXIT_PAIRING = 13       # check --target: drafter and target do not fit
+EXIT_MISMATCH = 20      # compare-weights: a tensor out of tolerance, missing, extra or mis-shaped

@@ -11,6 +11,9 @@ FIXTURES = ROOT / "fixtures"
 DRAFTERS = FIXTURES / "drafters"
 TARGETS = FIXTURES / "targets"
 BROKEN = FIXTURES / "broken"
+# The guard fixtures by name: a glob would let a test loop pass over an empty directory.
+GUARD_FIXTURES = [FIXTURES / "guards" / n for n in (
+    "frankenmerge-7b.gguf", "gemma-3-1b-it.gguf", "gemma-3-1b-pt.gguf", "gemma-4-e2b-it.gguf", "llama-3.1-8b-instruct.gguf", "llama-3.1-8b.gguf", "qwen3-8b-base.gguf", "qwen3-8b-dflash.gguf", "qwen3-8b-sharded-00001-of-00002.gguf", "qwen3-8b-sharded-00002-of-00002.gguf", "qwen3-8b.gguf")]
 # Golden vectors from ggml's C reference live beside the checkout (read-only).
 SHARED = ROOT.parent / "shared"
 

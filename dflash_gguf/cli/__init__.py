@@ -14,7 +14,7 @@ import typer
 
 from ..errors import DflashError, Interrupted
 from ._app import app
-from ._common import err
+from ._common import err, error_line
 
 # Command groups, one module each. A module that does not exist yet is simply absent.
 _COMMAND_MODULES = ("convert", "inspect", "quantize", "checks", "compare", "parity")
@@ -36,7 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     except DflashError as exc:
         if debug:
             raise
-        err.print(f"error: {exc}", markup=False)
+        error_line(exc)
         code = exc.exit_code
     except typer.Exit as exc:
         code = exc.exit_code

@@ -11,6 +11,7 @@ from contextlib import contextmanager
 from typing import Any, Callable, Iterator
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import (
     BarColumn,
     DownloadColumn,
@@ -24,6 +25,20 @@ out = Console(highlight=False, soft_wrap=True)
 if not out.is_terminal:  # piped / CI: rich would wrap tables at 80 columns
     out = Console(highlight=False, soft_wrap=True, width=200)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+def esc(value: Any) -> str:
+    """Untrusted text (a path, a key, a tensor name from a file) for a rich markup string or a
+    table cell: a name like '[/]' would otherwise be parsed as markup (and crash rendering)."""
+    return escape(str(value))
+
+
+def error_line(exc: BaseException) -> None:
+    """The one ``error:`` line on stderr. Control characters are escaped: a corrupt key or name
+    inside the message must not break the one-line contract."""
+    from ..fileio.header_records import show
+
+    err.print(f"error: {show(str(exc), limit=1 << 20)}", markup=False)
 
 
 def print_json(obj: Any) -> None:

@@ -11,16 +11,15 @@ from typing import Annotated, Any
 
 import typer
 
-from ..guards.checks import CheckReport, Severity, load_complete, planned_scan_bytes, run_checks
-from ..errors import DflashError
+from ..guards.deep_scan import planned_scan_bytes
+from ..guards.findings import CheckReport, Severity
+from ..guards.run import run_checks
+from ..guards.shards import load_complete
+from ..errors import EXIT_BASE, EXIT_FINDINGS, EXIT_PAIRING, EXIT_UNKNOWN, DflashError
 from ..guards.instruct import InstructVerdict, Verdict, classify
 from ._app import app
-from ._common import byte_progress, err, out, print_json
+from ._common import byte_progress, error_line, esc, out, print_json
 
-EXIT_BASE = 10
-EXIT_UNKNOWN = 11
-EXIT_FINDINGS = 12
-EXIT_PAIRING = 13
 
 FileArg = Annotated[Path, typer.Argument(help="A GGUF file (for a sharded model, any of its shards).")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")]
@@ -30,7 +29,7 @@ def _fail_json(path: Path, exc: DflashError) -> None:
     """With --json, a failure is still a JSON document (CI parses stdout), then its exit code."""
     print_json({"file": str(path), "exit_code": exc.exit_code,
                 "error": {"type": type(exc).__name__, "message": str(exc)}})
-    err.print(f"error: {exc}", markup=False)
+    error_line(exc)
     raise typer.Exit(exc.exit_code)
 
 
@@ -84,7 +83,7 @@ def _instruct_json(path: Path, shards: tuple[Path, ...], v: InstructVerdict, cod
 
 def _render_instruct(path: Path, v: InstructVerdict, code: int) -> None:
     style = {"instruct": "green", "base": "red", "unknown": "yellow"}[v.verdict.value]
-    out.print(f"[bold]{path}[/bold]: [{style}]{v.verdict.value}[/{style}] ({v.reason})")
+    out.print(f"[bold]{esc(path)}[/bold]: [{style}]{v.verdict.value}[/{style}] ({esc(v.reason)})")
     for e in v.evidence:
         lean = e.leans.value if e.leans else "info"
         out.print(f"  tier {e.tier}  {lean:<8}  {e.field} = {e.value}  ({e.description})", markup=False)
@@ -163,7 +162,7 @@ def _render_report(r: CheckReport) -> None:
     shards = f", {len(r.shards)} shards" if len(r.shards) > 1 else ""
     status = "[green]OK[/green]" if not n_err else f"[red]{n_err} error{'s' * (n_err != 1)}[/red]"
     warn = f", [yellow]{n_warn} warning{'s' * (n_warn != 1)}[/yellow]" if n_warn else ""
-    out.print(f"[bold]{r.path}[/bold]: {status}{warn} ({mode}; {r.n_tensors:,} tensors, "
+    out.print(f"[bold]{esc(r.path)}[/bold]: {status}{warn} ({mode}; {r.n_tensors:,} tensors, "
               f"{r.total_bytes:,} bytes{shards})")
     for f in sorted(r.findings, key=lambda f: _ORDER[f.severity]):
         where = f"  [{f.where}]" if f.where else ""

@@ -17,11 +17,10 @@ from rich.table import Table
 
 from ..compare import BIT_IDENTICAL, EXTRA, MISSING, OUT, SHAPE_MISMATCH, WITHIN, CompareReport, compare, \
     parse_tolerances
-from ..errors import DflashError
+from ..errors import EXIT_MISMATCH, DflashError
 from ._app import app
-from ._common import byte_progress, err, out, print_json
+from ._common import byte_progress, error_line, esc, out, print_json
 
-EXIT_MISMATCH = 20
 
 _STYLE = {BIT_IDENTICAL: "green", WITHIN: "cyan", OUT: "red", MISSING: "red", EXTRA: "red", SHAPE_MISMATCH: "red"}
 _RANK = {MISSING: 0, SHAPE_MISMATCH: 1, EXTRA: 2, OUT: 3, WITHIN: 4, BIT_IDENTICAL: 5}
@@ -69,7 +68,7 @@ def compare_cmd(
         if json_out:  # CI parses stdout: a failure is still one JSON document
             print_json({"a": str(source), "b": str(gguf), "exit_code": exc.exit_code,
                         "error": {"type": type(exc).__name__, "message": str(exc)}})
-            err.print(f"error: {exc}", markup=False)
+            error_line(exc)
             raise typer.Exit(exc.exit_code)
         raise
     code = 0 if report.passed else EXIT_MISMATCH
@@ -105,7 +104,7 @@ def _num(v: float | None, spec: str = ".3g") -> str:
 def render(r: CompareReport, top: int | None = None) -> None:
     what = (f"{r.a} → {r.b}  ({r.format} format)" if r.mode == "safetensors-gguf"
             else f"{r.a} ({r.a_format or 'not a drafter'}) vs {r.b} ({r.format or 'not a drafter'})")
-    out.print(f"[bold]compare-weights[/bold] {what}", highlight=False)
+    out.print(f"[bold]compare-weights[/bold] {esc(what)}", highlight=False)
     rows = sorted(r.tensors, key=_key)
     shown = rows[:top] if top else rows
     tt = Table(box=box.SIMPLE_HEAD, pad_edge=False,
@@ -117,7 +116,7 @@ def render(r: CompareReport, top: int | None = None) -> None:
         tt.add_column(c, **kw)
     for t in shown:
         style = _STYLE[t.status]
-        tt.add_row(f"[{style}]{t.status}[/{style}]", t.name, f"{t.source_type or '-'}→{t.type or '-'}",
+        tt.add_row(f"[{style}]{t.status}[/{style}]", esc(t.name), f"{t.source_type or '-'}→{t.type or '-'}",
                    "-" if t.ne is None else ",".join(map(str, t.ne)), _num(t.rel_rms), _num(t.expected_rel_rms),
                    _num(t.max_abs), "-" if not t.max_abs_index else ",".join(map(str, t.max_abs_index)),
                    _num(t.cosine, ".6f"), " ".join(t.flags))

@@ -7,11 +7,11 @@ from typing import Annotated, Optional
 import typer
 from rich.table import Table
 
-from ..convert import ConvertResult, convert, plan_conversion, retarget
+from ..convert import ConvertResult, plan_conversion, retarget, write_conversion
 from ..formats import FORMATS
 from ..convert.plan import OUTTYPES, ConversionPlan
 from ._app import app
-from ._common import byte_progress, out, print_json, warn
+from ._common import byte_progress, esc, out, print_json, warn
 
 FormatOpt = Annotated[str, typer.Option("--format", "-f", help=f"Output flavour: {', '.join(FORMATS)}.")]
 ForceOpt = Annotated[bool, typer.Option("--force", help="Overwrite OUT if it exists.")]
@@ -35,22 +35,18 @@ def convert_cmd(
 
     Example: dflash-gguf convert z-lab/Qwen3-8B-DFlash-b16 --target-gguf Qwen3-8B.gguf -o drafter.gguf
     """
-    outtype = outtype.lower()
+    conv = plan_conversion(drafter_dir, format=format, outtype=outtype.lower(), target_gguf=target_gguf,
+                           target_dir=target_dir)
     if dry_run:
-        _, _, plan, notes = plan_conversion(drafter_dir, format=format, outtype=outtype,
-                                            target_gguf=target_gguf, target_dir=target_dir)
         if json_out:
-            print_json({**plan.to_json(), "target_checks": notes})
+            print_json({**conv.plan.to_json(), "target_checks": conv.target_checks})
         else:
-            render_plan(plan)
+            render_plan(conv.plan)
         return
     if output is None:
         raise typer.BadParameter("missing -o OUT.gguf (or pass --dry-run)", param_hint="-o")
-    _, _, plan, _ = plan_conversion(drafter_dir, format=format, outtype=outtype,
-                                    target_gguf=target_gguf, target_dir=target_dir)
-    with byte_progress(plan.total_bytes, f"converting → {output.name}", enabled=not json_out) as advance:
-        result = convert(drafter_dir, output, format=format, outtype=outtype, target_gguf=target_gguf,
-                         target_dir=target_dir, force=force, progress=advance)
+    with byte_progress(conv.plan.total_bytes, f"converting → {output.name}", enabled=not json_out) as advance:
+        result = write_conversion(conv, output, force=force, progress=advance)
     if json_out:
         print_json(_result_json(result))
     else:
@@ -79,7 +75,7 @@ def retarget_cmd(
                     "tensors": [{"from": a, "to": b} for a, b in result.renamed],
                     "output": None if result.written is None else str(result.written.path)})
         return
-    out.print(f"{src.name}: [bold]{result.source_format}[/bold] → [bold]{result.target_format}[/bold] "
+    out.print(f"{esc(src.name)}: [bold]{result.source_format}[/bold] → [bold]{result.target_format}[/bold] "
               f"(architecture {result.arch})")
     changed = [(a, b) for a, b in result.renamed if a != b]
     for a, b in changed:
@@ -90,19 +86,19 @@ def retarget_cmd(
 
 
 def render_plan(plan: ConversionPlan) -> None:
-    out.print(f"[bold]plan[/bold]: format {plan.format}, architecture {plan.arch}, outtype {plan.outtype}")
+    out.print(f"[bold]plan[/bold]: format {plan.format}, architecture {esc(plan.arch)}, outtype {plan.outtype}")
     kv = Table(title="metadata", show_lines=False)
     for c in ("key", "type", "value"):
         kv.add_column(c)
     for item in plan.kvs:
         j = item.to_json()
-        kv.add_row(j["key"], j["type"], _short(j["value"]))
+        kv.add_row(esc(j["key"]), j["type"], esc(_short(j["value"])))
     out.print(kv)
     tt = Table(title=f"tensors ({len(plan.tensors)}, {plan.total_bytes:,} bytes)")
     for c in ("source", "GGUF name", "shape (ne)", "type", "why"):
         tt.add_column(c)
     for t in plan.tensors:
-        tt.add_row(t.src or "(generated)", t.dst, str(list(reversed(t.shape))), t.ggml_type.name, t.reason)
+        tt.add_row(esc(t.src or "(generated)"), esc(t.dst), str(list(reversed(t.shape))), t.ggml_type.name, t.reason)
     out.print(tt)
     _render_notes(plan)
 
@@ -112,7 +108,7 @@ def render_summary(result: ConvertResult) -> None:
     types: dict[str, int] = {}
     for t in plan.tensors:
         types[t.ggml_type.name] = types.get(t.ggml_type.name, 0) + 1
-    out.print(f"[bold green]wrote[/bold green] {w.path}  ({w.file_size:,} bytes)")
+    out.print(f"[bold green]wrote[/bold green] {esc(w.path)}  ({w.file_size:,} bytes)")
     out.print(f"  format        {plan.format}  (general.architecture = {plan.arch})", markup=False)
     out.print(f"  tensors       {w.n_tensors}  ({', '.join(f'{n} {k}' for k, n in sorted(types.items()))})", markup=False)
     out.print(f"  metadata      {w.n_kv} keys", markup=False)

@@ -9,7 +9,7 @@ from rich.table import Table
 
 from ..convert.describe import inspect_gguf
 from ._app import app
-from ._common import out, print_json
+from ._common import esc, out, print_json
 
 
 @app.command("inspect")
@@ -22,7 +22,7 @@ def inspect_cmd(
     if json_out:
         print_json(info.to_json())
         return
-    out.print(f"[bold]{path}[/bold]: architecture {info.arch}, format {info.format or 'not a DFlash drafter'}")
+    out.print(f"[bold]{esc(path)}[/bold]: architecture {esc(info.arch)}, format {info.format or 'not a DFlash drafter'}")
     if info.taps_zlab is not None:
         out.print(f"  taps (z-lab, output of layer L):      {list(info.taps_zlab)}", markup=False)
         out.print(f"  taps (llama.cpp, input of layer L+1): {[i + 1 for i in info.taps_zlab]}", markup=False)
@@ -32,11 +32,11 @@ def inspect_cmd(
         kv.add_column(c)
     for j in info.kvs:
         s = str(j["value"])
-        kv.add_row(j["key"], j["type"], s if len(s) <= 80 else s[:77] + "...")
+        kv.add_row(esc(j["key"]), j["type"], esc(s if len(s) <= 80 else s[:77] + "..."))
     out.print(kv)
     tt = Table(title=f"tensors ({len(info.tensors)})")
     for c in ("name", "ne", "type", "bytes"):
         tt.add_column(c)
     for t in info.tensors:
-        tt.add_row(t["name"], str(t["ne"]), t["type"], f"{t['nbytes']:,}")
+        tt.add_row(esc(t["name"]), str(t["ne"]), t["type"], f"{t['nbytes']:,}")
     out.print(tt)

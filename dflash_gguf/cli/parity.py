@@ -10,7 +10,7 @@ from rich.table import Table
 
 from ..errors import UsageError
 from ._app import app
-from ._common import note, out, warn
+from ._common import esc, note, out, warn
 
 FLAG_TOP1 = 0.9  # below this teacher-forced top-1 agreement a GGUF drafter is flagged
 
@@ -102,7 +102,7 @@ def _render(report) -> None:
             fd = lp.get("first_divergence")
             top1 = lp.get("top1_agreement")
             t.add_row(
-                Path(r.name).name if r.format else r.name, r.format or "-", al, f"{r.acceptance_rate.mean:.3f}", f"{r.tokens_per_s.mean:.1f}",
+                esc(Path(r.name).name if r.format else r.name), r.format or "-", al, f"{r.acceptance_rate.mean:.3f}", f"{r.tokens_per_s.mean:.1f}",
                 "-" if r.lossless is None else ("yes" if r.lossless else "NO"),
                 "-" if top1 is None else (f"{top1:.4f}" + ("  FLAGGED" if top1 < FLAG_TOP1 else "")),
                 "-" if not lp else f"{lp['mean_kl']:.2e}", "-" if not lp else f"{lp['max_abs']:.3g}",

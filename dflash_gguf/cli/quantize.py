@@ -9,7 +9,7 @@ from rich.table import Table
 
 from ..quants.gguf_file import quantize_gguf
 from ._app import app
-from ._common import byte_progress, out, print_json
+from ._common import byte_progress, esc, out, print_json
 
 
 @app.command("quantize")
@@ -38,17 +38,17 @@ def quantize_cmd(
     if json_out:
         print_json(result.to_json())
         return
-    table = Table(title=f"{src.name} → {result.ftype.upper()} ({len(result.tensors)} tensors)")
+    table = Table(title=f"{esc(src.name)} → {result.ftype.upper()} ({len(result.tensors)} tensors)")
     for c in ("name", "ne", "from", "to", "why"):
         table.add_column(c)
     for t in result.tensors:
-        table.add_row(t.name, str(list(reversed(t.shape))), t.src_type.name, t.ggml_type.name, t.reason)
+        table.add_row(esc(t.name), str(list(reversed(t.shape))), t.src_type.name, t.ggml_type.name, t.reason)
     out.print(table)
     counts: dict[str, int] = {}
     for t in result.tensors:
         counts[t.ggml_type.name] = counts.get(t.ggml_type.name, 0) + 1
     mix = ", ".join(f"{n} {k}" for k, n in sorted(counts.items()))
     if result.written is not None:
-        out.print(f"[bold green]wrote[/bold green] {result.written.path} ({result.written.file_size:,} bytes; {mix})")
+        out.print(f"[bold green]wrote[/bold green] {esc(result.written.path)} ({result.written.file_size:,} bytes; {mix})")
     else:
         out.print(f"dry run: nothing written ({mix})")

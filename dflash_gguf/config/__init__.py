@@ -1,6 +1,7 @@
 """Drafter and target configs: config.json → resolved, validated dataclasses."""
 from .drafter import (  # noqa: F401  (the package's public API)
-    DFLASH1_ARCH, DFLASH2_ARCH, DrafterConfig, LAYER_TYPES, RopeScaling, SUPPORTED_ARCHS,
-    TargetConfig, build_target_layer_ids, load_config, load_target_config, parse_config,
-    parse_target_config,
+    DFLASH1_ARCH, DFLASH2_ARCH, DrafterConfig, LAYER_TYPES, SUPPORTED_ARCHS, build_target_layer_ids,
+    load_config, parse_config,
 )
+from .rope import RopeScaling  # noqa: F401
+from .target import TargetConfig, load_target_config, parse_target_config  # noqa: F401

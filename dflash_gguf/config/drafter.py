@@ -9,28 +9,18 @@ Required values have no default: a missing one raises ConfigError naming the key
 """
 from __future__ import annotations
 
-import json
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
+from .rope import RopeScaling, parse_rope
+from .values import INT32_MAX, MAX_LAYERS, coerce, flag, read_config_json
 
 DFLASH1_ARCH = "DFlashDraftModel"
 DFLASH2_ARCH = "DFlash2DraftModel"
 SUPPORTED_ARCHS = (DFLASH1_ARCH, DFLASH2_ARCH)
 LAYER_TYPES = ("sliding_attention", "full_attention")
-
-
-@dataclass(frozen=True)
-class RopeScaling:
-    """RoPE scaling as transformers spells it; ``params`` keeps every numeric field verbatim."""
-
-    type: str  # "yarn" | "linear" | "llama3" | "dynamic" | "longrope" ...
-    factor: float | None
-    original_context_length: int | None
-    params: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -107,50 +97,45 @@ def load_config(drafter_dir: str | Path) -> DrafterConfig:
         ConfigError: the file is missing or not JSON, a required key is missing, or a
             value is out of range (NaN theta, taps outside the target, ...).
     """
-    path = Path(drafter_dir)
-    cfg_path = path / "config.json" if path.is_dir() else path
-    if not cfg_path.is_file():
-        raise ConfigError(f"{cfg_path}: not found (expected the drafter's config.json next to its safetensors)")
-    try:
-        raw = json.loads(cfg_path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ConfigError(f"{cfg_path}: not valid JSON ({exc}); re-download the config") from None
-    if not isinstance(raw, dict):
-        raise ConfigError(f"{cfg_path}: top level must be a JSON object")
+    raw, cfg_path = read_config_json(drafter_dir, "not found (expected the drafter's config.json next to its "
+                                                  "safetensors)", "; re-download the config")
     return parse_config(raw, cfg_path)
 
 
 def parse_config(raw: dict[str, Any], cfg_path: Path) -> DrafterConfig:
     """Resolve a parsed config dict (see load_config)."""
-    r = _Resolver(raw, cfg_path)
+    r = Resolver(raw, cfg_path)
 
     archs = raw.get("architectures") or []
+    if not isinstance(archs, list):
+        raise ConfigError(f"{cfg_path}: architectures must be a list of class names, got {archs!r:.80}")
     arch = next((a for a in archs if a in SUPPORTED_ARCHS), None)
     if arch is None:
         raise ConfigError(
-            f"{cfg_path}: architectures={archs!r} is not a DFlash drafter "
+            f"{cfg_path}: architectures={archs!r:.80} is not a DFlash drafter "
             f"(expected one of {', '.join(SUPPORTED_ARCHS)})"
         )
 
     hidden = r.top_int("hidden_size")
-    n_layers = r.top_int("num_hidden_layers")
+    n_layers = r.top_int("num_hidden_layers", hi=MAX_LAYERS)
     n_head = r.top_int("num_attention_heads")
     n_kv = r.top_int("num_key_value_heads", default=n_head)
     head_dim = r.top_int("head_dim", default=hidden // n_head if n_head else None)
     if n_head % n_kv != 0:
         raise ConfigError(f"{cfg_path}: num_attention_heads={n_head} is not a multiple of num_key_value_heads={n_kv}")
 
-    rope_theta, rope_scaling, partial = _resolve_rope(r)
+    rope = parse_rope(raw, cfg_path)
+    r.sources.update(rope.sources)
 
-    mask = r.knob_int("mask_token_id", required=True)
+    mask = r.knob_int("mask_token_id", required=True, lo=0)
     vocab = r.top_int("vocab_size")
     if not 0 <= mask < vocab:
         raise ConfigError(f"{cfg_path}: mask_token_id={mask} is outside the vocabulary (vocab_size={vocab})")
 
-    num_target_layers = r.top_int("num_target_layers", required=False)
+    num_target_layers = r.top_int("num_target_layers", required=False, hi=MAX_LAYERS)
     taps = _resolve_taps(r, num_target_layers, n_layers)
 
-    block_size = r.knob_int("block_size", default=16)
+    block_size = r.knob_int("block_size", default=16, lo=None)
     if block_size < 2:
         raise ConfigError(f"{cfg_path}: block_size={block_size} must be at least 2 (1 anchor + drafted tokens)")
 
@@ -162,8 +147,7 @@ def parse_config(raw: dict[str, Any], cfg_path: Path) -> DrafterConfig:
         r.sources["is_causal"] = "dflash_config.causal"
     elif is_causal is not None:
         r.sources["is_causal"] = "config.is_causal"
-    if is_causal is not None and not isinstance(is_causal, bool):
-        raise ConfigError(f"{cfg_path}: is_causal must be true or false, got {is_causal!r}")
+    is_causal = flag(is_causal, "is_causal", cfg_path)
 
     softcap = r.knob_float("final_logit_softcapping")
     if softcap is not None and softcap <= 0:
@@ -179,10 +163,15 @@ def parse_config(raw: dict[str, Any], cfg_path: Path) -> DrafterConfig:
             )
 
     eps = r.top_float("rms_norm_eps")
+    if r.dflash.get("attention_value_scale") is not None:  # the formats write it as a float32 as is
+        coerce(r.dflash["attention_value_scale"], float, "dflash_config.attention_value_scale", cfg_path)
+    model_type = raw.get("model_type")
+    if model_type is not None and not isinstance(model_type, str):
+        raise ConfigError(f"{cfg_path}: model_type must be a string, got {model_type!r:.80}")
     return DrafterConfig(
         path=cfg_path,
         architecture=arch,
-        model_type=str(raw.get("model_type", "qwen3")),
+        model_type="qwen3" if model_type is None else model_type,
         hidden_size=hidden,
         intermediate_size=r.top_int("intermediate_size"),
         num_hidden_layers=n_layers,
@@ -192,9 +181,9 @@ def parse_config(raw: dict[str, Any], cfg_path: Path) -> DrafterConfig:
         rms_norm_eps=eps,
         max_position_embeddings=r.top_int("max_position_embeddings", required=False),
         vocab_size=vocab,
-        rope_theta=rope_theta,
-        rope_scaling=rope_scaling,
-        partial_rotary_factor=partial,
+        rope_theta=rope.theta,
+        rope_scaling=rope.scaling,
+        partial_rotary_factor=rope.partial_rotary_factor,
         mask_token_id=mask,
         target_layer_ids=taps,
         block_size=block_size,
@@ -204,11 +193,11 @@ def parse_config(raw: dict[str, Any], cfg_path: Path) -> DrafterConfig:
         use_sliding_window=use_swa,
         sliding_window=window,
         is_causal=is_causal,
-        attention_bias=bool(raw.get("attention_bias", False)),
+        attention_bias=bool(flag(raw.get("attention_bias"), "attention_bias", cfg_path)),
         final_logit_softcapping=softcap,
         input_embedding_scale=r.knob_float("input_embedding_scale"),
         output_multiplier=r.knob_float("output_multiplier"),
-        tie_word_embeddings=raw.get("tie_word_embeddings"),
+        tie_word_embeddings=flag(raw.get("tie_word_embeddings"), "tie_word_embeddings", cfg_path),
         sources=dict(r.sources),
         warnings=tuple(r.warnings),
         raw=raw,
@@ -216,8 +205,8 @@ def parse_config(raw: dict[str, Any], cfg_path: Path) -> DrafterConfig:
     )
 
 
-class _Resolver:
-    """Typed lookups that remember where each value came from."""
+class Resolver:
+    """Typed lookups that remember where each value came from (integers default to >= 1)."""
 
     def __init__(self, raw: dict[str, Any], path: Path):
         self.raw = raw
@@ -236,7 +225,7 @@ class _Resolver:
             return self.raw[name], f"config.{name}"
         return None, None
 
-    def _get(self, name: str, nested: bool, required: bool, default: Any, kind: type) -> Any:
+    def _get(self, name: str, nested: bool, required: bool, default: Any, kind: type, **bounds) -> Any:
         value, source = self._lookup(name, nested)
         if value is None:
             if default is not None:
@@ -247,100 +236,24 @@ class _Resolver:
                 raise ConfigError(f"{self.path}: required key {where} is missing; add it to config.json")
             return None
         self.sources[name] = source
-        return _coerce(value, kind, source, self.path)
+        return coerce(value, kind, source, self.path, **bounds)
 
-    def top_int(self, name: str, required: bool = True, default: int | None = None) -> int:
-        return self._get(name, False, required, default, int)
+    def top_int(self, name: str, required: bool = True, default: int | None = None,
+                lo: int | None = 1, hi: int = INT32_MAX) -> int:
+        return self._get(name, False, required, default, int, lo=lo, hi=hi)
 
     def top_float(self, name: str, required: bool = True, default: float | None = None) -> float:
         return self._get(name, False, required, default, float)
 
-    def knob_int(self, name: str, required: bool = False, default: int | None = None) -> int | None:
-        value = self._get(name, True, required, default, int)
+    def knob_int(self, name: str, required: bool = False, default: int | None = None,
+                 lo: int | None = 1) -> int | None:
+        value = self._get(name, True, required, default, int, lo=lo)
         if self.sources.get(name) == "default":
             self.warnings.append(f"{name} not in config; using the reference default {default}")
         return value
 
     def knob_float(self, name: str) -> float | None:
         return self._get(name, True, False, None, float)
-
-
-def _coerce(value: Any, kind: type, where: str, path: Path) -> Any:
-    if isinstance(value, bool):
-        raise ConfigError(f"{path}: {where} must be a number, got {value!r}")
-    if kind is int:
-        if isinstance(value, float) and value.is_integer():
-            return int(value)
-        if not isinstance(value, int):
-            raise ConfigError(f"{path}: {where} must be an integer, got {value!r}")
-        return value
-    if not isinstance(value, (int, float)):
-        raise ConfigError(f"{path}: {where} must be a number, got {value!r}")
-    value = float(value)
-    if not math.isfinite(value):
-        raise ConfigError(f"{path}: {where} is {value}; fix config.json")
-    return value
-
-
-def _resolve_rope(r: _Resolver) -> tuple[float, RopeScaling | None, float | None]:
-    """Theta from ``rope_parameters.rope_theta`` then top-level ``rope_theta``; never a default.
-
-    Baking a default theta is the bug that silently collapsed long-context acceptance in
-    earlier converters (Qwen3.6 publishes theta only under rope_parameters).
-    """
-    params = r.raw.get("rope_parameters")
-    if params is not None and not isinstance(params, dict):
-        raise ConfigError(f"{r.path}: rope_parameters must be an object")
-    params = params or {}
-    # Per-layer-type rope (Gemma style) keeps the full-attention entry as the drafter's rope.
-    if isinstance(params.get("full_attention"), dict):
-        params = params["full_attention"]
-    if params.get("rope_theta") is not None:
-        value, source = params["rope_theta"], "rope_parameters.rope_theta"
-    elif r.raw.get("rope_theta") is not None:
-        value, source = r.raw["rope_theta"], "config.rope_theta"
-    else:
-        raise ConfigError(
-            f"{r.path}: no RoPE theta (looked for rope_parameters.rope_theta and top-level rope_theta); "
-            "add the value the drafter was trained with — guessing one silently ruins acceptance"
-        )
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-        raise ConfigError(f"{r.path}: {source} = {value!r} is not a positive finite number; fix config.json")
-    r.sources["rope_theta"] = source
-    theta = float(value)
-
-    scaling_src = params if params.get("rope_type") not in (None, "default") else (r.raw.get("rope_scaling") or {})
-    if not isinstance(scaling_src, dict):
-        raise ConfigError(f"{r.path}: rope_scaling must be an object or null")
-    rope_type = scaling_src.get("rope_type", scaling_src.get("type"))
-    scaling = None
-    if rope_type not in (None, "default"):
-        factor = scaling_src.get("factor")
-        if rope_type in ("linear", "yarn", "llama3", "dynamic") and factor is None:
-            raise ConfigError(f"{r.path}: rope scaling type {rope_type!r} has no factor")
-        orig = scaling_src.get("original_max_position_embeddings")
-        if rope_type in ("yarn", "llama3") and orig is None:
-            raise ConfigError(
-                f"{r.path}: rope scaling {rope_type!r} needs original_max_position_embeddings; add it to config.json"
-            )
-        numeric = {
-            k: float(v) for k, v in scaling_src.items()
-            if isinstance(v, (int, float)) and not isinstance(v, bool) and k != "rope_theta"
-        }
-        scaling = RopeScaling(
-            type=str(rope_type),
-            factor=None if factor is None else float(factor),
-            original_context_length=None if orig is None else int(orig),
-            params=numeric,
-        )
-        r.sources["rope_scaling"] = "rope_parameters" if scaling_src is params else "config.rope_scaling"
-
-    partial = params.get("partial_rotary_factor", r.raw.get("partial_rotary_factor"))
-    if partial is not None:
-        partial = float(partial)
-        if not 0 < partial <= 1:
-            raise ConfigError(f"{r.path}: partial_rotary_factor={partial} must be in (0, 1]")
-    return theta, scaling, partial
 
 
 def build_target_layer_ids(num_target_layers: int, num_draft_layers: int) -> tuple[int, ...]:
@@ -352,7 +265,7 @@ def build_target_layer_ids(num_target_layers: int, num_draft_layers: int) -> tup
     return tuple(int(round(start + (i * span) / (num_draft_layers - 1))) for i in range(num_draft_layers))
 
 
-def _resolve_taps(r: _Resolver, num_target_layers: int | None, n_layers: int) -> tuple[int, ...]:
+def _resolve_taps(r: Resolver, num_target_layers: int | None, n_layers: int) -> tuple[int, ...]:
     value, source = r._lookup("target_layer_ids", nested=True)
     if value is None:
         if num_target_layers is None:
@@ -361,6 +274,12 @@ def _resolve_taps(r: _Resolver, num_target_layers: int | None, n_layers: int) ->
                 "add the target layer ids the drafter was trained on"
             )
         taps = build_target_layer_ids(num_target_layers, n_layers)
+        if len(set(taps)) != len(taps) or not all(0 <= i < num_target_layers for i in taps):
+            raise ConfigError(
+                f"{r.path}: the reference's fallback target_layer_ids for num_target_layers={num_target_layers} "
+                f"and {n_layers} drafter layers would be {list(taps)!s:.80} (repeated or outside the target); "
+                "add dflash_config.target_layer_ids"
+            )
         r.sources["target_layer_ids"] = "computed from num_target_layers (reference fallback)"
         r.warnings.append(
             f"target_layer_ids missing: using the reference's computed fallback {list(taps)}; "
@@ -368,7 +287,7 @@ def _resolve_taps(r: _Resolver, num_target_layers: int | None, n_layers: int) ->
         )
         return taps
     if not isinstance(value, list) or not value or not all(isinstance(i, int) and not isinstance(i, bool) for i in value):
-        raise ConfigError(f"{r.path}: {source} must be a non-empty list of integers, got {value!r}")
+        raise ConfigError(f"{r.path}: {source} must be a non-empty list of integers, got {value!r:.80}")
     r.sources["target_layer_ids"] = source
     for i in value:
         if i < 0:
@@ -378,27 +297,30 @@ def _resolve_taps(r: _Resolver, num_target_layers: int | None, n_layers: int) ->
                 f"{r.path}: {source} contains {i} but the target has only num_target_layers={num_target_layers} "
                 f"layers (valid ids 0..{num_target_layers - 1})"
             )
+        if i >= MAX_LAYERS:
+            raise ConfigError(f"{r.path}: {source} contains {i}; no real target has {MAX_LAYERS:,} layers")
     if len(set(value)) != len(value):
         raise ConfigError(f"{r.path}: {source} has duplicate ids {value}")
     return tuple(value)
 
 
-def _resolve_swa(r: _Resolver, n_layers: int) -> tuple[tuple[str, ...] | None, bool, int | None]:
+def _resolve_swa(r: Resolver, n_layers: int) -> tuple[tuple[str, ...] | None, bool, int | None]:
     layer_types = r.raw.get("layer_types")
     if layer_types is not None:
         if not isinstance(layer_types, list) or len(layer_types) != n_layers:
             raise ConfigError(
-                f"{r.path}: layer_types must list one entry per layer ({n_layers}), got {layer_types!r}"
+                f"{r.path}: layer_types must list one entry per layer ({n_layers}), got {layer_types!r:.80}"
             )
         bad = [t for t in layer_types if t not in LAYER_TYPES]
         if bad:
             raise ConfigError(f"{r.path}: layer_types has unknown entries {bad}; allowed: {', '.join(LAYER_TYPES)}")
         layer_types = tuple(layer_types)
 
-    use_swa = bool(r.raw.get("use_sliding_window", False) or r.dflash.get("use_swa", False))
+    use_swa = bool(flag(r.raw.get("use_sliding_window"), "use_sliding_window", r.path)
+                   or flag(r.dflash.get("use_swa"), "dflash_config.use_swa", r.path))
     window = r.dflash.get("swa_window_size") or r.raw.get("sliding_window")
     if window is not None:
-        window = _coerce(window, int, "sliding_window", r.path)
+        window = coerce(window, int, "sliding_window", r.path, lo=None)
         if window <= 0:
             raise ConfigError(f"{r.path}: sliding_window={window} must be positive")
     has_sliding = layer_types is not None and "sliding_attention" in layer_types
@@ -412,97 +334,3 @@ def _resolve_swa(r: _Resolver, n_layers: int) -> tuple[tuple[str, ...] | None, b
     if effective is not None:
         r.sources["sliding_window"] = "dflash_config.swa_window_size" if r.dflash.get("swa_window_size") else "config.sliding_window"
     return layer_types, use_swa, effective
-
-
-@dataclass(frozen=True)
-class TargetConfig:
-    """What the tools need from a target model's config.json (``text_config`` flattened)."""
-
-    path: Path
-    architecture: str
-    model_type: str
-    hidden_size: int
-    num_hidden_layers: int
-    vocab_size: int
-    intermediate_size: int | None
-    num_attention_heads: int | None
-    num_key_value_heads: int | None
-    head_dim: int | None
-    rms_norm_eps: float | None
-    rope_theta: float | None
-    rope_scaling: RopeScaling | None
-    max_position_embeddings: int | None
-    tie_word_embeddings: bool
-    attention_bias: bool
-    bos_token_id: int | None
-    eos_token_id: int | tuple[int, ...] | None
-    raw: dict[str, Any] = field(default_factory=dict, repr=False)
-
-
-def load_target_config(target_dir: str | Path) -> TargetConfig:
-    """Read a Hugging Face target's config.json; multimodal ``text_config`` nesting is flattened.
-
-    Raises:
-        ConfigError: missing file, bad JSON, or missing hidden_size / num_hidden_layers / vocab_size.
-    """
-    path = Path(target_dir)
-    cfg_path = path / "config.json" if path.is_dir() else path
-    if not cfg_path.is_file():
-        raise ConfigError(f"{cfg_path}: target config.json not found (--target-dir must be a Hugging Face model dir)")
-    try:
-        top = json.loads(cfg_path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ConfigError(f"{cfg_path}: not valid JSON ({exc})") from None
-    if not isinstance(top, dict):
-        raise ConfigError(f"{cfg_path}: top level must be a JSON object")
-    return parse_target_config(top, cfg_path)
-
-
-def parse_target_config(top: dict[str, Any], cfg_path: Path) -> TargetConfig:
-    """Resolve a parsed target config dict (see load_target_config)."""
-    text = top.get("text_config")
-    raw = {**top, **text} if isinstance(text, dict) else dict(top)
-    r = _Resolver(raw, cfg_path)
-    hidden = r.top_int("hidden_size")
-    n_head = r.top_int("num_attention_heads", required=False)
-    head_dim = r.top_int("head_dim", required=False)
-    if head_dim is None and n_head:
-        head_dim = hidden // n_head
-    params = raw.get("rope_parameters") if isinstance(raw.get("rope_parameters"), dict) else {}
-    if isinstance(params.get("full_attention"), dict):
-        params = params["full_attention"]
-    theta = params.get("rope_theta", raw.get("rope_theta"))
-    scaling = None
-    scaling_src = params if params.get("rope_type") not in (None, "default") else (raw.get("rope_scaling") or {})
-    if isinstance(scaling_src, dict) and scaling_src.get("rope_type", scaling_src.get("type")) not in (None, "default"):
-        orig = scaling_src.get("original_max_position_embeddings")
-        scaling = RopeScaling(
-            type=str(scaling_src.get("rope_type", scaling_src.get("type"))),
-            factor=None if scaling_src.get("factor") is None else float(scaling_src["factor"]),
-            original_context_length=None if orig is None else int(orig),
-            params={k: float(v) for k, v in scaling_src.items()
-                    if isinstance(v, (int, float)) and not isinstance(v, bool) and k != "rope_theta"},
-        )
-    archs = top.get("architectures") or [""]
-    eos = raw.get("eos_token_id")
-    return TargetConfig(
-        path=cfg_path,
-        architecture=str(archs[0]),
-        model_type=str(raw.get("model_type", "")),
-        hidden_size=hidden,
-        num_hidden_layers=r.top_int("num_hidden_layers"),
-        vocab_size=r.top_int("vocab_size"),
-        intermediate_size=r.top_int("intermediate_size", required=False),
-        num_attention_heads=n_head,
-        num_key_value_heads=r.top_int("num_key_value_heads", required=False, default=n_head),
-        head_dim=head_dim,
-        rms_norm_eps=r.top_float("rms_norm_eps", required=False),
-        rope_theta=None if theta is None else float(theta),
-        rope_scaling=scaling,
-        max_position_embeddings=r.top_int("max_position_embeddings", required=False),
-        tie_word_embeddings=bool(raw.get("tie_word_embeddings", False)),
-        attention_bias=bool(raw.get("attention_bias", False)),
-        bos_token_id=raw.get("bos_token_id"),
-        eos_token_id=tuple(eos) if isinstance(eos, list) else eos,
-        raw=raw,
-    )

@@ -1,4 +1,3 @@
 """Conversion: config → plan → tensors → file (convert, retarget, inspect)."""
-from .checkpoint import (  # noqa: F401  (the package's public API)
-    ConvertResult, RetargetResult, convert, encode, plan_conversion, retarget,
-)
+from .checkpoint import Conversion, ConvertResult, convert, encode, plan_conversion, write_conversion  # noqa: F401
+from .retarget import RetargetResult, retarget  # noqa: F401

@@ -14,7 +14,7 @@ from gguf import GGUFValueType
 from ..config import DrafterConfig
 from ..errors import ConfigError, UsageError, WeightsError
 from ..formats import Format, meta_from_config
-from ..formats.meta import DROPPED_TENSORS, FC, HIDDEN_NORM, OPTIONAL_TENSORS, PRE_FFN_NORM
+from ..formats.names import DROPPED_TENSORS, FC, HIDDEN_NORM, OPTIONAL_TENSORS, PRE_FFN_NORM
 from ..fileio.gguf_writer import tensor_nbytes
 from ..fileio.types import KV
 from ..fileio.safetensors import FLOAT_DTYPES, SourceTensor
@@ -200,7 +200,7 @@ def build_plan(
     arch, kvs = fmt.kvs(meta)
     if quant:
         # "convert --outtype q*" is "convert --outtype auto, then quantize": same layout, same bytes.
-        from ..quants.gguf_file import requantize_layout
+        from ..quants.layout import requantize_layout
 
         kvs, entries = requantize_layout([KV("general.architecture", arch, GGUFValueType.STRING), *kvs],
                                          [(t.dst, t.shape, t.ggml_type) for t in tensor_plans], outtype, where=where)
@@ -253,8 +253,7 @@ def llama3_rope_factors(cfg: DrafterConfig):
     dim = cfg.rope_dim
     freqs = 1.0 / (cfg.rope_theta ** (np.arange(0, dim, 2, dtype=np.float32) / dim))
     factor = rs.factor
-    low = rs.params.get("low_freq_factor", 1.0)
-    high = rs.params.get("high_freq_factor", 4.0)
+    low, high = rs.llama3_freq_factors
     old = rs.original_context_length or 8192
     low_wavelen, high_wavelen = old / low, old / high
     out = []

@@ -132,7 +132,7 @@ def _required(kv: dict[str, KV], key: str, consumed: set[str] | None, required: 
     return field_
 
 
-def kv_int(kv: dict[str, KV], key: str, consumed: set[str] | None, *, required: bool = True, path: str = "",
+def get_int(kv: dict[str, KV], key: str, consumed: set[str] | None, *, required: bool = True, path: str = "",
            lo: int = 0, hi: int = U32_MAX) -> int | None:
     """An integer key (any integer GGUF type) whose value lies in [lo, hi]; None if absent
     and not required.
@@ -151,7 +151,7 @@ def kv_int(kv: dict[str, KV], key: str, consumed: set[str] | None, *, required: 
     return v
 
 
-def kv_ints(kv: dict[str, KV], key: str, consumed: set[str] | None, *, required: bool = True, path: str = "",
+def get_ints(kv: dict[str, KV], key: str, consumed: set[str] | None, *, required: bool = True, path: str = "",
             lo: int = 0, hi: int = I32_MAX) -> tuple[int, ...] | None:
     """A non-empty array of integers (any integer item type), each in [lo, hi].
 
@@ -173,7 +173,7 @@ def kv_ints(kv: dict[str, KV], key: str, consumed: set[str] | None, *, required:
     return tuple(v)
 
 
-def kv_float(kv: dict[str, KV], key: str, consumed: set[str] | None, *, required: bool = True, path: str = "",
+def get_float(kv: dict[str, KV], key: str, consumed: set[str] | None, *, required: bool = True, path: str = "",
              positive: bool = False) -> float | None:
     """A finite number (FLOAT32/FLOAT64, or an integer type), > 0 with ``positive``.
 
@@ -191,7 +191,7 @@ def kv_float(kv: dict[str, KV], key: str, consumed: set[str] | None, *, required
     return float(v)
 
 
-def kv_bool(kv: dict[str, KV], key: str, consumed: set[str] | None, *, required: bool = True,
+def get_bool(kv: dict[str, KV], key: str, consumed: set[str] | None, *, required: bool = True,
             path: str = "") -> bool | None:
     """A BOOL key.
 
@@ -206,7 +206,7 @@ def kv_bool(kv: dict[str, KV], key: str, consumed: set[str] | None, *, required:
     return field_.value
 
 
-def kv_str(kv: dict[str, KV], key: str, consumed: set[str] | None, *, required: bool = True,
+def get_str(kv: dict[str, KV], key: str, consumed: set[str] | None, *, required: bool = True,
            path: str = "") -> str | None:
     """A STRING key.
 
@@ -221,7 +221,7 @@ def kv_str(kv: dict[str, KV], key: str, consumed: set[str] | None, *, required: 
     return field_.value
 
 
-def kv_bools(kv: dict[str, KV], key: str, consumed: set[str] | None, *, required: bool = True,
+def get_bools(kv: dict[str, KV], key: str, consumed: set[str] | None, *, required: bool = True,
              path: str = "") -> tuple[bool, ...] | None:
     """A non-empty array of BOOL.
 

@@ -16,13 +16,13 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable, Iterable, Iterator, Sequence
+from typing import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 from gguf import GGMLQuantizationType, GGUFValueType, GGUFWriter
 
 from ..errors import OutputError
-from .gguf_header import StringArray
+from .string_array import StringArray
 from .types import KV
 
 Progress = Callable[[int], None]
@@ -88,13 +88,12 @@ def write_gguf(
     os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; outputs get the usual permissions
     kvs = list(kvs)
     try:
-        writer = GGUFWriter(tmp, arch)
+        writer = _Writer(tmp, arch)
         for kv in kvs:
             if kv.key == "general.alignment":
                 # add_key_value alone would not change the padding GGUFWriter applies
                 writer.data_alignment = int(kv.value)
             if kv.type == GGUFValueType.ARRAY:
-                # add_key_value drops empty arrays silently in add_array; we never pass one.
                 # A StringArray read from a file is copied as its stored bytes (tokens need not be UTF-8).
                 items = kv.value.raw_items() if isinstance(kv.value, StringArray) else list(kv.value)
                 writer.add_key_value(kv.key, items, kv.type, sub_type=kv.sub_type)
@@ -123,6 +122,17 @@ def write_gguf(
         tmp.unlink(missing_ok=True)
         raise
     return WriteReport(path=path, n_tensors=len(tensors), n_kv=len(kvs) + 1, file_size=size, tensor_bytes=total)
+
+
+class _Writer(GGUFWriter):
+    """GGUFWriter that also writes an empty array with a known item type (gguf-py refuses any empty
+    array, but GGUF and llama.cpp allow it, and a file we copy may hold one)."""
+
+    def _pack_val(self, val, vtype, add_vtype, sub_type=None):
+        if vtype == GGUFValueType.ARRAY and sub_type is not None and len(val) == 0:
+            head = self._pack("I", vtype) if add_vtype else b""
+            return head + self._pack("I", sub_type) + self._pack("Q", 0)
+        return super()._pack_val(val, vtype, add_vtype, sub_type)
 
 
 def _chunks(t: TensorOut) -> Iterator[np.ndarray]:
@@ -184,6 +194,7 @@ def _byte_shape(shape: tuple[int, ...], qtype: GGMLQuantizationType) -> tuple[in
     from gguf import GGML_QUANT_SIZES
 
     block, type_size = GGML_QUANT_SIZES[qtype]
+    shape = tuple(shape) or (1,)  # a 0-d tensor is one element, as in ggml
     if shape[-1] % block:
         raise AssertionError(f"row of {shape[-1]} is not a multiple of the {qtype.name} block {block}")
     return (*shape[:-1], shape[-1] // block * type_size)
@@ -193,6 +204,7 @@ def tensor_nbytes(shape: Sequence[int], qtype: GGMLQuantizationType) -> int:
     from gguf import GGML_QUANT_SIZES
 
     block, type_size = GGML_QUANT_SIZES[qtype]
+    shape = tuple(shape) or (1,)  # a 0-d tensor is one element, as in ggml
     n = 1
     for d in shape[:-1]:
         n *= int(d)

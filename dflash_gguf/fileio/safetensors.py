@@ -45,18 +45,15 @@ def read_inventory(drafter_dir: str | Path) -> list[SourceTensor]:
     """All tensors of ``model.safetensors`` or a sharded ``model.safetensors.index.json``.
 
     Raises:
-        OutputError: no weights found.
-        WeightsError: a header is corrupt/truncated, the index names a missing shard or
-            tensor, or a tensor appears twice.
+        OutputError: no weights found, or a weights file cannot be read.
+        WeightsError: a header is corrupt/truncated, the index is malformed or names a
+            missing shard or tensor, or a tensor appears twice.
     """
     d = Path(drafter_dir)
     index = d / "model.safetensors.index.json"
     single = d / "model.safetensors"
     if index.is_file():
-        try:
-            weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as exc:
-            raise WeightsError(f"{index}: not a valid safetensors index ({exc}); re-download it") from None
+        weight_map = _read_index(index)
         shards = sorted(set(weight_map.values()))
         missing = [s for s in shards if not (d / s).is_file()]
         if missing:
@@ -71,7 +68,7 @@ def read_inventory(drafter_dir: str | Path) -> list[SourceTensor]:
     elif single.is_file():
         tensors = read_header(single)
     else:
-        others = sorted(p.name for p in d.glob("*.safetensors")) if d.is_dir() else []
+        others = sorted(p.name for p in d.glob("*.safetensors") if p.is_file()) if d.is_dir() else []
         if len(others) == 1:
             tensors = read_header(d / others[0])
         else:
@@ -84,25 +81,57 @@ def read_inventory(drafter_dir: str | Path) -> list[SourceTensor]:
     return sorted(tensors, key=lambda t: t.name)
 
 
-def read_header(path: Path) -> list[SourceTensor]:
-    """Validated tensor entries of one safetensors file (no tensor data is read)."""
-    size = path.stat().st_size
-    where = f"{path}"
-    with open(path, "rb") as f:
-        head = f.read(8)
-        if len(head) < 8:
-            raise WeightsError(f"{where}: file is {size} bytes, too short for a safetensors header (truncated?)")
-        (n,) = struct.unpack("<Q", head)
-        if n > _HEADER_CAP:
-            raise WeightsError(f"{where}: header length {n:,} exceeds {_HEADER_CAP:,} bytes; not a safetensors file")
-        if 8 + n > size:
+def _read_index(index: Path) -> dict[str, str]:
+    """``weight_map`` of a sharded index: tensor name → shard file name beside the index."""
+    try:
+        doc = json.loads(index.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError) as exc:  # ValueError: bad JSON/UTF-8, ints over 4300 digits
+        raise WeightsError(f"{index}: not a valid safetensors index ({exc}); re-download it") from None
+    weight_map = doc.get("weight_map") if isinstance(doc, dict) else None
+    if not isinstance(weight_map, dict):
+        raise WeightsError(
+            f"{index}: not a valid safetensors index (needs a weight_map object of tensor name -> shard file); "
+            "re-download it"
+        )
+    for name, shard in weight_map.items():
+        if not name.isprintable():
+            raise WeightsError(f"{index}: tensor name {name!r} has control characters; re-download the index")
+        # Shards sit beside the index (as transformers loads them); nothing may point elsewhere.
+        if (not isinstance(shard, str) or not shard or not shard.isprintable() or Path(shard).is_absolute()
+                or ".." in Path(shard).parts):
             raise WeightsError(
-                f"{where}: header needs bytes up to {8 + n:,} but the file ends at {size:,} (truncated download? re-fetch it)"
+                f"{index}: weight_map[{name!r}] = {shard!r:.80} is not a shard file name beside the index; re-download it"
             )
-        blob = f.read(n)
+    return weight_map
+
+
+def read_header(path: Path) -> list[SourceTensor]:
+    """Validated tensor entries of one safetensors file (no tensor data is read).
+
+    Raises:
+        OutputError: the file cannot be read.
+        WeightsError: the header is corrupt or the file is truncated or has trailing bytes.
+    """
+    where = f"{path}"
+    try:
+        size = path.stat().st_size
+        with open(path, "rb") as f:
+            head = f.read(8)
+            if len(head) < 8:
+                raise WeightsError(f"{where}: file is {size} bytes, too short for a safetensors header (truncated?)")
+            (n,) = struct.unpack("<Q", head)
+            if n > _HEADER_CAP:
+                raise WeightsError(f"{where}: header length {n:,} exceeds {_HEADER_CAP:,} bytes; not a safetensors file")
+            if 8 + n > size:
+                raise WeightsError(
+                    f"{where}: header needs bytes up to {8 + n:,} but the file ends at {size:,} (truncated download? re-fetch it)"
+                )
+            blob = f.read(n)
+    except OSError as exc:
+        raise OutputError(f"{where}: cannot read ({exc.strerror or exc}); check the path and permissions") from None
     try:
         header = json.loads(blob.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except (ValueError, RecursionError) as exc:  # ValueError: bad JSON/UTF-8, ints over 4300 digits
         raise WeightsError(f"{where}: header is not valid JSON ({exc}); the file is corrupt, re-download it") from None
     if not isinstance(header, dict):
         raise WeightsError(f"{where}: header is not a JSON object; the file is corrupt")
@@ -110,21 +139,15 @@ def read_header(path: Path) -> list[SourceTensor]:
     entries = []
     for name, info in header.items():
         if name == "__metadata__":
+            _check_metadata(info, where)
             continue
-        try:
-            dtype, shape, (start, end) = info["dtype"], info["shape"], info["data_offsets"]
-            shape = tuple(int(s) for s in shape)
-            start, end = int(start), int(end)
-        except (KeyError, TypeError, ValueError):
-            raise WeightsError(f"{where}: tensor {name} has a malformed header entry {info!r}") from None
-        if dtype not in DTYPE_SIZES:
-            raise WeightsError(f"{where}: tensor {name} has unknown dtype {dtype!r}")
+        if not name.isprintable():
+            raise WeightsError(f"{where}: tensor name {name!r} has control characters; the header is corrupt")
+        dtype, shape, start, end = _entry(name, info, where)
         numel = 1
         for s in shape:
-            if s < 0:
-                raise WeightsError(f"{where}: tensor {name} has a negative dimension in {list(shape)}")
             numel *= s
-        if not 0 <= start <= end or end - start != numel * DTYPE_SIZES[dtype]:
+        if not start <= end or end - start != numel * DTYPE_SIZES[dtype]:
             raise WeightsError(
                 f"{where}: tensor {name} spans bytes {start}..{end} but {dtype}{list(shape)} needs "
                 f"{numel * DTYPE_SIZES[dtype]:,}; the header is corrupt"
@@ -142,7 +165,39 @@ def read_header(path: Path) -> list[SourceTensor]:
         if start != pos:
             raise WeightsError(f"{where}: tensor {name} starts at byte {start:,}, expected {pos:,} (overlap or gap)")
         pos = end
+    # ... up to the end of the file: trailing bytes mean a corrupt (or polyglot) file.
+    if pos != size:
+        raise WeightsError(
+            f"{where}: {size - pos:,} bytes after the last tensor (ends at {pos:,}, file size {size:,}); "
+            "the file is corrupt, re-download it"
+        )
     return entries
+
+
+def _entry(name: str, info: object, where: str) -> tuple[str, tuple[int, ...], int, int]:
+    """(dtype, shape, start, end) of one header entry, type-checked like safetensors' TensorInfo."""
+    if not isinstance(info, dict) or not {"dtype", "shape", "data_offsets"} <= info.keys():
+        raise WeightsError(f"{where}: tensor {name} has a malformed header entry {info!r:.200}")
+    dtype, shape, offsets = info["dtype"], info["shape"], info["data_offsets"]
+    if not isinstance(dtype, str) or dtype not in DTYPE_SIZES:
+        raise WeightsError(f"{where}: tensor {name} has unknown dtype {dtype!r:.80}")
+    if not isinstance(shape, list) or not all(_is_uint(s) for s in shape):
+        raise WeightsError(f"{where}: tensor {name} has shape {shape!r:.80}; expected a list of non-negative integers")
+    if not isinstance(offsets, list) or len(offsets) != 2 or not all(_is_uint(o) for o in offsets):
+        raise WeightsError(
+            f"{where}: tensor {name} has data_offsets {offsets!r:.80}; expected [start, end], non-negative integers"
+        )
+    return dtype, tuple(shape), offsets[0], offsets[1]
+
+
+def _is_uint(v: object) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+
+def _check_metadata(info: object, where: str) -> None:
+    # safetensors reads __metadata__ as a str -> str map and rejects anything else.
+    if not isinstance(info, dict) or not all(isinstance(v, str) for v in info.values()):
+        raise WeightsError(f"{where}: __metadata__ must map strings to strings, got {info!r:.80}; the header is corrupt")
 
 
 _STORAGE = {"BF16": np.uint16, "F16": np.float16, "F32": np.float32, "F64": np.float64, "I64": np.int64,

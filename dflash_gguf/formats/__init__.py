@@ -14,7 +14,8 @@ from ..config import DrafterConfig
 from ..errors import GGUFFormatError, UsageError
 from ..fileio.types import KV
 from ..fileio.gguf_header import show
-from .meta import DrafterMeta, Format, bad_kv, kv_int
+from ..fileio.gguf_reader import bad_kv, get_int
+from .meta import DrafterMeta, Format
 from .dflash_draft import DFLASH_DRAFT
 from .llama_cpp import MAINLINE, PR22105_FORMAT
 from .lucebox import LUCEBOX
@@ -170,12 +171,12 @@ def meta_from_gguf(
     meta = DrafterMeta(taps=(), block_size=None, mask_token_id=None, n_target_features=int(fc[-1]))
     consumed: set[str] = {"general.architecture"}
     fmt.parse_dflash(arch, kvs, meta, consumed, path=where)
-    meta.file_type = kv_int(kvs, "general.file_type", consumed, required=False, path=where)
-    meta.quantization_version = kv_int(kvs, "general.quantization_version", consumed, required=False, path=where)
+    meta.file_type = get_int(kvs, "general.file_type", consumed, required=False, path=where)
+    meta.quantization_version = get_int(kvs, "general.quantization_version", consumed, required=False, path=where)
     for key in ("block_count", "embedding_length"):  # what every loader sizes the graph from
         if f"{arch}.{key}" not in kvs:
             raise GGUFFormatError(f"{path}: {arch}.{key} is missing; not a usable drafter")
-        kv_int(kvs, f"{arch}.{key}", None, path=where, lo=1)
+        get_int(kvs, f"{arch}.{key}", None, path=where, lo=1)
     prefix = f"{arch}."
     for key, kv in kvs.items():
         if key in consumed:

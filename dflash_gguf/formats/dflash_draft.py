@@ -8,7 +8,8 @@ from __future__ import annotations
 from gguf import GGUFValueType as T
 
 from ..fileio.types import KV
-from .meta import I32_MAX, DrafterMeta, Format, kv_int, kv_ints
+from ..fileio.gguf_reader import I32_MAX, get_int, get_ints
+from .meta import DrafterMeta, Format
 
 
 class DflashDraft(Format):
@@ -20,6 +21,14 @@ class DflashDraft(Format):
     fc_name = "dflash_fc.weight"
     hidden_norm_name = "dflash_hidden_norm.weight"
     pre_ffn_norm = "post_attention_norm.weight"
+    required_keys = (
+        ("{a}.dflash.target_layer_ids", "error", "the fork loaders require it"),
+        ("{a}.dflash.n_target_features", "error", "the fork loaders size dflash_fc from it"),
+        ("{a}.dflash.mask_token_id", "error", "ik_llama requires it; beellama's default 248070 is "
+                                              "only right for Qwen3.5/3.6"),
+        ("{a}.attention.layer_norm_rms_epsilon", "error", "the loaders require it"),
+        ("{a}.rope.freq_base", "warning", "falls back to 10,000: wrong RoPE, low acceptance"),
+    )
 
     def dflash_kvs(self, arch: str, meta: DrafterMeta) -> list[KV]:
         out = []
@@ -32,12 +41,12 @@ class DflashDraft(Format):
         return out
 
     def parse_dflash(self, arch, kv, meta, consumed, path=""):
-        meta.block_size = kv_int(kv, f"{arch}.dflash.block_size", consumed, required=False, path=path)
-        meta.mask_token_id = kv_int(kv, f"{arch}.dflash.mask_token_id", consumed, required=False, path=path)
+        meta.block_size = get_int(kv, f"{arch}.dflash.block_size", consumed, required=False, path=path)
+        meta.mask_token_id = get_int(kv, f"{arch}.dflash.mask_token_id", consumed, required=False, path=path)
         # INT32 when written back, +1 in the mainline format
-        meta.taps = kv_ints(kv, f"{arch}.dflash.target_layer_ids", consumed, path=path, lo=0, hi=I32_MAX - 1)
+        meta.taps = get_ints(kv, f"{arch}.dflash.target_layer_ids", consumed, path=path, lo=0, hi=I32_MAX - 1)
         # n_target_features is re-derived from the fc tensor on write; consume the stored one.
-        kv_int(kv, f"{arch}.dflash.n_target_features", consumed, required=False, path=path)
+        get_int(kv, f"{arch}.dflash.n_target_features", consumed, required=False, path=path)
 
 
 DFLASH_DRAFT = DflashDraft()

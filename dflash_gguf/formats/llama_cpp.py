@@ -11,7 +11,8 @@ from __future__ import annotations
 from gguf import GGUFValueType as T
 
 from ..fileio.types import KV
-from .meta import I32_MAX, DrafterMeta, Format, kv_int, kv_ints
+from ..fileio.gguf_reader import I32_MAX, get_int, get_ints
+from .meta import DrafterMeta, Format
 
 MASK_KEY = "tokenizer.ggml.mask_token_id"
 _DFLASH2_KEYS = ("conv_kernel_size", "conv_group_size", "selector_rank", "selector_top_k")
@@ -27,6 +28,13 @@ class Mainline(Format):
     hidden_norm_name = "enc.output_norm.weight"
     pre_ffn_norm = "ffn_norm.weight"
     supports_dflash2 = True
+    required_keys = (
+        ("{a}.target_layers", "error", "the loader throws 'DFlash model requires target_layers'"),
+        ("{a}.attention.layer_norm_rms_epsilon", "error", "the loader requires it"),
+        (MASK_KEY, "error", "the runtime takes the mask token from the vocab"),
+        ("{a}.rope.freq_base", "warning", "llama.cpp falls back to 10,000: wrong RoPE, low acceptance"),
+        ("{a}.block_size", "info", "the runtime assumes 16"),
+    )
 
     def dflash_kvs(self, arch: str, meta: DrafterMeta) -> list[KV]:
         out = []
@@ -44,12 +52,12 @@ class Mainline(Format):
 
     def parse_dflash(self, arch, kv, meta, consumed, path=""):
         # stored as layer-input ids (+1); every format writes taps as INT32
-        stored = kv_ints(kv, f"{arch}.target_layers", consumed, path=path, lo=0, hi=I32_MAX - 1)
+        stored = get_ints(kv, f"{arch}.target_layers", consumed, path=path, lo=0, hi=I32_MAX - 1)
         meta.taps = tuple(i - self.tap_offset for i in stored)
-        meta.block_size = kv_int(kv, f"{arch}.block_size", consumed, required=False, path=path)
-        meta.mask_token_id = kv_int(kv, MASK_KEY, consumed, required=False, path=path)
+        meta.block_size = get_int(kv, f"{arch}.block_size", consumed, required=False, path=path)
+        meta.mask_token_id = get_int(kv, MASK_KEY, consumed, required=False, path=path)
         for k in _DFLASH2_KEYS:
-            v = kv_int(kv, f"{arch}.{k}", consumed, required=False, path=path)
+            v = get_int(kv, f"{arch}.{k}", consumed, required=False, path=path)
             if v is not None:
                 meta.dflash2[k] = v
 
@@ -63,6 +71,12 @@ class PR22105(Format):
     fc_name = "fc.weight"
     hidden_norm_name = "hidden_norm.weight"
     pre_ffn_norm = "ffn_norm.weight"
+    required_keys = (
+        ("{a}.target_layer_ids", "error", "the PR-branch loader requires it"),
+        ("{a}.mask_token_id", "error", "the PR-branch runtime reads the mask token here"),
+        ("{a}.attention.layer_norm_rms_epsilon", "error", "the loader requires it"),
+        ("{a}.rope.freq_base", "warning", "falls back to 10,000: wrong RoPE, low acceptance"),
+    )
 
     def dflash_kvs(self, arch: str, meta: DrafterMeta) -> list[KV]:
         out = [KV(f"{arch}.target_layer_ids", self.stored_taps(meta), T.ARRAY, T.INT32)]
@@ -73,10 +87,10 @@ class PR22105(Format):
         return out
 
     def parse_dflash(self, arch, kv, meta, consumed, path=""):
-        stored = kv_ints(kv, f"{arch}.target_layer_ids", consumed, path=path, lo=0, hi=I32_MAX - 1)
+        stored = get_ints(kv, f"{arch}.target_layer_ids", consumed, path=path, lo=0, hi=I32_MAX - 1)
         meta.taps = tuple(i - self.tap_offset for i in stored)
-        meta.block_size = kv_int(kv, f"{arch}.block_size", consumed, required=False, path=path)
-        meta.mask_token_id = kv_int(kv, f"{arch}.mask_token_id", consumed, required=False, path=path)
+        meta.block_size = get_int(kv, f"{arch}.block_size", consumed, required=False, path=path)
+        meta.mask_token_id = get_int(kv, f"{arch}.mask_token_id", consumed, required=False, path=path)
 
 
 MAINLINE = Mainline()

@@ -9,7 +9,8 @@ from __future__ import annotations
 from gguf import GGUFValueType as T
 
 from ..fileio.types import KV
-from .meta import I32_MAX, DrafterMeta, Format, kv_int, kv_ints
+from ..fileio.gguf_reader import I32_MAX, get_int, get_ints
+from .meta import DrafterMeta, Format
 
 
 class Lucebox(Format):
@@ -22,6 +23,12 @@ class Lucebox(Format):
     fc_name = "dflash.fc.weight"
     hidden_norm_name = "dflash.hidden_norm.weight"
     pre_ffn_norm = "ffn_norm.weight"
+    ignores_unknown_tensors = True
+    required_keys = (
+        ("{a}.attention.key_length", "error", "Lucebox uses it as head_dim"),
+        ("{a}.dflash.target_layer_ids", "error", "Lucebox captures these target layers"),
+        ("{a}.rope.freq_base", "warning", "Lucebox warns 'draft RoPE will be wrong'"),
+    )
 
     def arch(self, meta: DrafterMeta) -> str:
         return "gemma4-dflash-draft" if meta.flavor == "gemma4" else "qwen35-dflash-draft"
@@ -41,13 +48,13 @@ class Lucebox(Format):
 
     def parse_dflash(self, arch, kv, meta, consumed, path=""):
         meta.flavor = "gemma4" if arch.startswith("gemma4") else "qwen35"
-        meta.vocab_size = kv_int(kv, f"{arch}.vocab_size", consumed, required=False, path=path)
-        kv_int(kv, f"{arch}.dflash.n_target_layers", consumed, required=False, path=path)
-        kv_int(kv, f"{arch}.dflash.n_target_features", consumed, required=False, path=path)
+        meta.vocab_size = get_int(kv, f"{arch}.vocab_size", consumed, required=False, path=path)
+        get_int(kv, f"{arch}.dflash.n_target_layers", consumed, required=False, path=path)
+        get_int(kv, f"{arch}.dflash.n_target_features", consumed, required=False, path=path)
         # INT32 when written back, +1 in the mainline format
-        meta.taps = kv_ints(kv, f"{arch}.dflash.target_layer_ids", consumed, path=path, lo=0, hi=I32_MAX - 1)
-        meta.block_size = kv_int(kv, f"{arch}.dflash.block_size", consumed, required=False, path=path)
-        meta.mask_token_id = kv_int(kv, f"{arch}.dflash.mask_token_id", consumed, required=False, path=path)
+        meta.taps = get_ints(kv, f"{arch}.dflash.target_layer_ids", consumed, path=path, lo=0, hi=I32_MAX - 1)
+        meta.block_size = get_int(kv, f"{arch}.dflash.block_size", consumed, required=False, path=path)
+        meta.mask_token_id = get_int(kv, f"{arch}.dflash.mask_token_id", consumed, required=False, path=path)
 
 
 LUCEBOX = Lucebox()

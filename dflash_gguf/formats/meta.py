@@ -10,67 +10,17 @@ through the same ``Format.kvs``.
 """
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass, field, replace
-from typing import Any, Callable
+from dataclasses import dataclass, field
+from typing import Any
 
 from gguf import GGUFValueType
 
 from ..errors import UsageError
-from ..fileio.gguf_reader import (  # noqa: F401  (typed KV access, re-exported for the format modules)
-    I32_MAX, INT_TYPES, U32_MAX, bad_kv, describe_kv, kv_bool, kv_bools, kv_float, kv_int, kv_ints, kv_str,
-)
 from ..fileio.types import KV
+from .names import (BLK_RE, DFLASH2_LAYER, FC, GLOBAL_TENSORS, HIDDEN_NORM, LAYER_RE, LAYER_TENSORS, OPTIONAL_TENSORS,
+                    PRE_FFN_NORM)
 
 T = GGUFValueType
-
-# Per-layer tensors: checkpoint suffix (after "layers.N.") -> GGUF suffix (after "blk.N.").
-# The pre-FFN norm is format-specific and filled in by each format (PRE_FFN_NORM).
-PRE_FFN_NORM = "post_attention_layernorm.weight"
-LAYER_TENSORS: dict[str, str] = {
-    "input_layernorm.weight": "attn_norm.weight",
-    "self_attn.q_proj.weight": "attn_q.weight",
-    "self_attn.k_proj.weight": "attn_k.weight",
-    "self_attn.v_proj.weight": "attn_v.weight",
-    "self_attn.o_proj.weight": "attn_output.weight",
-    "self_attn.q_proj.bias": "attn_q.bias",
-    "self_attn.k_proj.bias": "attn_k.bias",
-    "self_attn.v_proj.bias": "attn_v.bias",
-    "self_attn.o_proj.bias": "attn_output.bias",
-    "self_attn.q_norm.weight": "attn_q_norm.weight",
-    "self_attn.k_norm.weight": "attn_k_norm.weight",
-    "mlp.gate_proj.weight": "ffn_gate.weight",
-    "mlp.up_proj.weight": "ffn_up.weight",
-    "mlp.down_proj.weight": "ffn_down.weight",
-    # DFlash2 grouped dynamic causal conv (mainline names; base kernels carry no ".weight" on disk)
-    "attention_conv.base_kernel": "attn_conv_base",  # no suffix: the runtime loads it by this name (F32)
-    "attention_conv.kernel_projection.weight": "attn_conv_proj.weight",
-    "mlp_conv.base_kernel": "ffn_conv_base",
-    "mlp_conv.kernel_projection.weight": "ffn_conv_proj.weight",
-}
-DFLASH2_LAYER = ("attention_conv.base_kernel", "attention_conv.kernel_projection.weight",
-                 "mlp_conv.base_kernel", "mlp_conv.kernel_projection.weight")
-# Global tensors shared by all formats (fc and hidden_norm are per format).
-FC, HIDDEN_NORM = "fc.weight", "hidden_norm.weight"
-GLOBAL_TENSORS: dict[str, str] = {
-    "norm.weight": "output_norm.weight",
-    # DFlash2 candidate selector; codebooks have no ".weight" on disk (the torch loader remaps them)
-    "candidate_selector.predecessor_codebook": "selector_predecessor.weight",
-    "candidate_selector.successor_codebook": "selector_successor.weight",
-    "candidate_selector.hidden_projection.weight": "selector_hidden.weight",
-}
-DFLASH2_GLOBAL = ("candidate_selector.predecessor_codebook", "candidate_selector.successor_codebook",
-                  "candidate_selector.hidden_projection.weight")
-# Optional tensors some exports ship; the runtimes borrow the target's when absent.
-OPTIONAL_TENSORS: dict[str, str] = {"embed_tokens.weight": "token_embd.weight", "lm_head.weight": "output.weight"}
-# Known extras with an explicit rule: dropped, and reported as such.
-DROPPED_TENSORS: dict[str, str] = {
-    "d2t": "reduced-vocab map; z-lab drafters share the target vocab (mainline's converter drops it too)",
-    "t2d": "reduced-vocab map; z-lab drafters share the target vocab (mainline's converter drops it too)",
-}
-_LAYER_RE = re.compile(r"^layers\.(\d+)\.(.+)$")
-_BLK_RE = re.compile(r"^blk\.(\d+)\.(.+)$")
-
 
 @dataclass
 class DrafterMeta:
@@ -127,6 +77,12 @@ class Format:
     pre_ffn_norm: str = "ffn_norm.weight"
     supports_dflash2: bool = False
     archs: tuple[str, ...] = ()
+    # What the loaders need, read by `check`: (key, level, why) with {a} = the arch; level
+    # "error" (the load fails), "warning" (a silent wrong default) or "info" (a known default).
+    required_keys: tuple[tuple[str, str, str], ...] = ()
+    required_hparams: tuple[str, ...] = ("block_count", "embedding_length", "feed_forward_length",
+                                         "attention.head_count", "attention.head_count_kv")  # under "<arch>."
+    ignores_unknown_tensors: bool = False  # else an extra tensor fails the load ("wrong number of tensors")
 
     # --- architecture and keys -------------------------------------------------------
     def arch(self, meta: DrafterMeta) -> str:
@@ -181,7 +137,7 @@ class Format:
             return GLOBAL_TENSORS[src]
         if src in OPTIONAL_TENSORS:
             return OPTIONAL_TENSORS[src]
-        m = _LAYER_RE.match(src)
+        m = LAYER_RE.match(src)
         if m:
             bid, rest = m.groups()
             if rest == PRE_FFN_NORM:
@@ -200,7 +156,7 @@ class Format:
             for src, dst in table.items():
                 if dst == gguf_name:
                     return src
-        m = _BLK_RE.match(gguf_name)
+        m = BLK_RE.match(gguf_name)
         if m:
             bid, rest = m.groups()
             if rest == self.pre_ffn_norm:
@@ -210,22 +166,16 @@ class Format:
                     return f"layers.{bid}.{src}"
         return None
 
+    def required_tensors(self, n_layers: int) -> list[str]:
+        """GGUF names the loaders need for an ``n_layers`` drafter: fc, hidden norm, output
+        norm, then each layer's weights and pre-FFN norm (biases, DFlash2 tensors and the
+        embeddings are optional)."""
+        per_layer = [g for src, g in LAYER_TENSORS.items() if src.endswith(".weight") and src not in DFLASH2_LAYER]
+        out = [self.fc_name, self.hidden_norm_name, GLOBAL_TENSORS["norm.weight"]]
+        for i in range(n_layers):
+            out += [f"blk.{i}.{g}" for g in per_layer] + [f"blk.{i}.{self.pre_ffn_norm}"]
+        return out
+
     def rename_from(self, other: "Format", gguf_name: str) -> str | None:
         src = other.source_name(gguf_name)
         return None if src is None else self.gguf_name(src)
-
-
-# --- helpers used by the format modules -------------------------------------------------
-def kv_value(kv: dict[str, KV], key: str, consumed: set[str], kind: Callable[[Any], Any] = int, required: bool = True,
-             path: str = "") -> Any:
-    """Compatibility shim: ``kind=int`` is ``kv_int`` (UINT32 range), ``kind=list`` is ``kv_ints``."""
-    if kind is int:
-        return kv_int(kv, key, consumed, required=required, path=path)
-    if kind in (list, tuple):
-        got = kv_ints(kv, key, consumed, required=required, path=path)
-        return None if got is None else kind(got)
-    raise TypeError(f"kv_value: unsupported kind {kind!r}")
-
-
-def with_taps(meta: DrafterMeta, taps: tuple[int, ...]) -> DrafterMeta:
-    return replace(meta, taps=tuple(taps))

@@ -24,7 +24,8 @@ from enum import Enum
 from pathlib import Path
 from typing import Iterator
 
-from ..fileio.gguf_header import GGUFHeader, StringArray, show
+from ..fileio.gguf_header import GGUFHeader, show
+from ..fileio.string_array import StringArray
 
 
 class Verdict(str, Enum):

@@ -138,6 +138,8 @@ def dequantize(data: np.ndarray | bytes, qtype: str | int | GGMLQuantizationType
         return (raw.view("<u2").astype(np.uint32) << 16).view(np.float32).reshape(shape)
     if t not in _DEQUANTIZE_TYPES:
         raise QuantizationError(f"dequantizing {t.name} is not supported")
+    if nbytes == 0:  # a zero-element tensor: no blocks to decode (and no row length to split by)
+        return np.zeros(shape, np.float32)
     import gguf
 
     rows = raw.reshape(-1, row_nbytes(t, shape[-1]))

@@ -2,9 +2,10 @@
 
 A quant type is a small class: ``qtype``, ``block_size``, ``type_size`` and a
 ``quantize_blocks`` that maps ``(n_blocks, block_size)`` float32 to
-``(n_blocks, type_size)`` uint8. Everything else lives here: the registry, the
-rows -> blocks reshape, chunking over blocks for bounded memory, the thread pool,
-the NaN/inf guard and the post-condition asserts.
+``(n_blocks, type_size)`` uint8, plus optionally ``numba_kernel``. Everything else lives
+here: the registry, the rows -> blocks reshape, chunking over blocks for bounded memory,
+the thread pool, the NaN/inf guard, the choice between the numba kernel and
+``quantize_blocks``, and the post-condition asserts.
 
 Bit-exactness rules shared by every kernel (see shared/reference/quantization.md §2, §7):
 float32 only (NumPy scalars, never Python floats mixed into float32 arrays where
@@ -164,6 +165,9 @@ class BlockQuant:
     # Values per chunk: bounds the temporaries (a few float32 arrays of this size per worker);
     # the K-quants pick a size whose working set stays in a core's L2.
     chunk_values: ClassVar[int] = 1 << 20
+    # The compiled kernel (``_numba.kernel`` name) that gives quantize_blocks' bytes faster and
+    # runs instead of it while numba is enabled; None: numpy only.
+    numba_kernel: ClassVar[str | None] = None
 
     def __init_subclass__(cls, qtype: GGMLQuantizationType | None = None, **kwargs) -> None:
         super().__init_subclass__(**kwargs)
@@ -180,9 +184,19 @@ class BlockQuant:
         raise NotImplementedError
 
     @classmethod
-    def _quantize_checked(cls, blocks: np.ndarray) -> np.ndarray:
+    def _quantize(cls, blocks: np.ndarray) -> np.ndarray:
+        """The numba kernel while numba is enabled, else ``quantize_blocks``."""
+        if cls.numba_kernel is not None:
+            from . import _numba  # here, not at import: importing numba costs ~0.3 s
+
+            if _numba.enabled():
+                return _numba.run(_numba.kernel(cls.numba_kernel), blocks)
         with np.errstate(all="ignore"):  # C's inf/NaN intermediates are reproduced, not warned about
-            out = cls.quantize_blocks(blocks)
+            return cls.quantize_blocks(blocks)
+
+    @classmethod
+    def _quantize_checked(cls, blocks: np.ndarray) -> np.ndarray:
+        out = cls._quantize(blocks)
         assert out.dtype == np.uint8, (cls.qtype.name, out.dtype)
         assert out.shape == (blocks.shape[0], cls.type_size), (cls.qtype.name, out.shape)
         return out

@@ -1,40 +1,23 @@
 """GGUF → quantized GGUF with llama-quantize's layout: its per-tensor types, its tensor order,
 its KV order; every tensor streamed in row chunks through the bit-exact quantizers.
-
-``requantize_layout`` is shared with ``convert --outtype q8_0|q4_k_m``, which is defined as
-"convert with --outtype auto, then quantize": bf16 → f32 is exact, so both routes give the
-same bytes.
+The layout itself (types, order, KVs) is ``layout.requantize_layout``, shared with ``convert``.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator, Sequence
+from typing import Callable, Iterator
 
 import numpy as np
-from gguf import GGMLQuantizationType as Q
-from gguf import GGUFValueType
 
-from ..errors import QuantizationError, UsageError
-from ..fileio.gguf_reader import GGUFFile, kv_int, read_gguf
+from ..errors import UsageError
+from ..fileio.gguf_reader import GGUFFile, read_gguf
 from ..fileio.types import TensorInfo
-from ..fileio.gguf_writer import TensorOut, WriteReport, tensor_nbytes, write_gguf
+from ..fileio.gguf_writer import TensorOut, WriteReport, write_gguf
 from ..fileio.types import KV
+from .layout import QuantEntry, requantize_layout
 
-FLOAT_TYPES = (Q.F32, Q.F16, Q.BF16)
 CHUNK_BYTES = 16 << 20
-_SPLIT_KEYS = ("split.no", "split.count", "split.tensors.count")
-
-
-@dataclass(frozen=True)
-class QuantEntry:
-    name: str
-    shape: tuple[int, ...]  # numpy order
-    src_type: Q
-    ggml_type: Q
-    nbytes: int
-    reason: str
-    quantized: bool  # False: bytes copied untouched
 
 
 @dataclass(frozen=True)
@@ -52,57 +35,6 @@ class QuantizeResult:
                          "to": t.ggml_type.name, "nbytes": t.nbytes, "why": t.reason} for t in self.tensors],
             "output": None if self.written is None else {"path": str(self.written.path), "file_size": self.written.file_size},
         }
-
-
-def requantize_layout(
-    kvs: Sequence[KV],
-    tensors: Sequence[tuple[str, tuple[int, ...], Q]],
-    ftype: str,
-    *,
-    allow_requantize: bool = False,
-    where: str = "",
-) -> tuple[list[KV], list[QuantEntry]]:
-    """llama-quantize's output layout for these input KVs and tensors.
-
-    KVs keep their order (split keys dropped); ``general.quantization_version`` and
-    ``general.file_type`` are removed and re-appended last, as gguf_set_val does in llama.cpp.
-    Tensors come back in llama-quantize's processing order with their new types.
-
-    Raises:
-        QuantizationError: an input tensor is already quantized (without allow_requantize),
-            or a type rule cannot be applied.
-        GGUFFormatError: ``<arch>.block_count`` is not an unsigned 32-bit integer.
-    """
-    from .policy import ftype_id, layer_of, plan_types, resolve_ftype
-
-    mix = resolve_ftype(ftype)
-    if not allow_requantize:
-        for name, _shape, t in tensors:
-            if t not in FLOAT_TYPES:
-                raise QuantizationError(
-                    f"{where}: tensor {name} is already {t.name}; quantizing it again loses precision twice "
-                    "(pass --allow-requantize to do it anyway, or start from the F32/F16/BF16 GGUF)")
-    kv_by = {kv.key: kv for kv in kvs}
-    arch = kv_by.get("general.architecture")
-    n_layer = None
-    if arch is not None and isinstance(arch.value, str):
-        # llama-quantize reads n_layer as a uint32: any other type is a file it refuses too
-        n_layer = kv_int(kv_by, f"{arch.value}.block_count", None, required=False, path=where)
-    if n_layer is None:  # as llama.cpp parses names: sscanf("blk.%d."), -1 when it does not match
-        n_layer = 1 + max((layer_of(n) for n, *_ in tensors), default=-1)
-    src_types = {n: t for n, _s, t in tensors}
-    choices = plan_types([(n, s, t) for n, s, t in tensors], mix, n_layer)
-    entries = []
-    for c in choices:
-        src = src_types[c.name]
-        quantized = c.ggml_type != src
-        entries.append(QuantEntry(c.name, c.shape, src, c.ggml_type, tensor_nbytes(c.shape, c.ggml_type),
-                                  c.reason if quantized else f"{c.reason} (copied)", quantized))
-    out = [kv for kv in kvs if kv.key not in _SPLIT_KEYS + ("general.quantization_version", "general.file_type",
-                                                          "general.architecture")]
-    out.append(KV("general.quantization_version", 2, GGUFValueType.UINT32))
-    out.append(KV("general.file_type", ftype_id(mix), GGUFValueType.UINT32))
-    return out, entries
 
 
 def quantize_gguf(

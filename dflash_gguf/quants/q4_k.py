@@ -6,9 +6,9 @@ is contiguous, C's loops over i become operations along axis 0 (sums in C's orde
 base.seq_sum) and everything is vectorised across the chunk's sub-blocks. The 21 trial steps
 stay a Python loop, as they depend on each other through the live ``min``.
 
-When numba is available the classes hand their blocks to the compiled kernels in
-``_numba`` instead (same bytes, several times faster); this file is the fallback and the
-second, independent implementation the tests hold the kernels against.
+When numba is available the compiled kernels in ``_numba/q4_k.py`` run instead (same bytes,
+several times faster); this file is the fallback and the second, independent implementation
+the tests hold the kernels against.
 """
 from __future__ import annotations
 
@@ -234,13 +234,10 @@ def fit_k_subblocks(blocks: np.ndarray, nmax: int, rmin: float, rdelta: float, n
 
 class Q4_K(BlockQuant, qtype=GGMLQuantizationType.Q4_K):
     chunk_values = 1 << 16
+    numba_kernel = "q4_k"
 
     @classmethod
     def quantize_blocks(cls, blocks: np.ndarray) -> np.ndarray:
-        from . import _numba  # on first use: importing numba costs ~0.3 s
-
-        if _numba.enabled():
-            return _numba.run(_numba.q4_k, blocks)
         nb = blocks.shape[0]
         d16, dmin16, scales, L = fit_k_subblocks(blocks, 15, -1.0, 0.1, 20)
         # byte 32g + l = L[64g + l] | L[64g + 32 + l] << 4: sub-block 2g low, 2g+1 high nibble
@@ -251,13 +248,10 @@ class Q4_K(BlockQuant, qtype=GGMLQuantizationType.Q4_K):
 
 class Q5_K(BlockQuant, qtype=GGMLQuantizationType.Q5_K):
     chunk_values = 1 << 16
+    numba_kernel = "q5_k"
 
     @classmethod
     def quantize_blocks(cls, blocks: np.ndarray) -> np.ndarray:
-        from . import _numba  # on first use: importing numba costs ~0.3 s
-
-        if _numba.enabled():
-            return _numba.run(_numba.q5_k, blocks)
         nb = blocks.shape[0]
         d16, dmin16, scales, L = fit_k_subblocks(blocks, 31, -0.5, 0.1, 15)
         Lb = L.T.reshape(nb, 4, 2, 32).astype(np.uint8)  # chunk c of 64 values, half, l

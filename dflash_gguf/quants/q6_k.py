@@ -2,7 +2,7 @@
 each fitted with make_qx_quants(16, 32, rmse_type=1, qw=NULL).
 
 Position-major layout as in q4_k.py: ``x[i, s]`` = element i of sub-block s. With numba
-installed the compiled kernel in ``_numba`` runs instead (same bytes).
+installed the compiled kernel in ``_numba/q6_k.py`` runs instead (same bytes).
 """
 from __future__ import annotations
 
@@ -102,13 +102,10 @@ _QX_NUMS = {32: [F32(32) + F32(0.1) * F32(i) for i in (*range(-9, 0), *range(1, 
 
 class Q6_K(BlockQuant, qtype=GGMLQuantizationType.Q6_K):
     chunk_values = 1 << 16
+    numba_kernel = "q6_k"
 
     @classmethod
     def quantize_blocks(cls, blocks: np.ndarray) -> np.ndarray:
-        from . import _numba  # on first use: importing numba costs ~0.3 s
-
-        if _numba.enabled():
-            return _numba.run(_numba.q6_k, blocks)
         nb = blocks.shape[0]
         x = np.ascontiguousarray(blocks.reshape(nb * 16, 16).T)  # (16, ns)
         scale, l_iscale, zero = make_qx_quants(x, 32)

@@ -1,5 +1,5 @@
 """Q8_0: 32 values -> fp16 d + 32 int8 (quantize_row_q8_0_ref). With numba installed the
-compiled kernel in ``_numba`` runs instead (same bytes)."""
+compiled kernel in ``_numba/q8_0.py`` runs instead (same bytes)."""
 from __future__ import annotations
 
 import numpy as np
@@ -18,13 +18,10 @@ _HALF_DOWN_BITS = _HALF_DOWN.view(np.uint32)
 
 class Q8_0(BlockQuant, qtype=GGMLQuantizationType.Q8_0):
     chunk_values = 1 << 16  # keeps a chunk's few float32 temporaries in L2
+    numba_kernel = "q8_0"
 
     @classmethod
     def quantize_blocks(cls, blocks: np.ndarray) -> np.ndarray:
-        from . import _numba  # on first use: importing numba costs ~0.3 s
-
-        if _numba.enabled():
-            return _numba.run(_numba.q8_0, blocks)
         n = blocks.shape[0]
         a = np.abs(blocks)
         amax = reduce_rows(np.maximum, a)  # MAX(amax, |v|) from 0: order-free, never -0

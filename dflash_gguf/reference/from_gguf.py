@@ -7,7 +7,6 @@ what a runtime would use.
 """
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Any
 
@@ -17,10 +16,10 @@ from ..config import DrafterConfig, TargetConfig, parse_config, parse_target_con
 from ..errors import ConfigError, GGUFFormatError, QuantizationError, WeightsError
 from ..formats import meta_from_gguf
 from ..fileio.gguf_header import show
-from ..fileio.gguf_reader import GGUFFile, kv_bool, kv_bools, kv_float, kv_int, kv_str, read_gguf
+from ..formats.names import BLK_RE, target_hf_name
+from ..fileio.gguf_reader import GGUFFile, get_bool, get_bools, get_float, get_int, get_str, read_gguf
 from ..fileio.types import TensorInfo
 
-_BLK = re.compile(r"^blk\.(\d+)\.(.+)$")
 _MISSING = object()
 
 
@@ -44,7 +43,7 @@ def dequantized(f: GGUFFile, t: TensorInfo) -> np.ndarray:
 
 class _Keys:
     """Typed reads of ``<arch>.<suffix>`` keys: a key of the wrong type, NaN, or a size of 0 is
-    one GGUFFormatError naming the key (see formats.meta.kv_int)."""
+    one GGUFFormatError naming the key (see fileio.gguf_reader.get_int)."""
 
     def __init__(self, f: GGUFFile, path: str | Path, why: str) -> None:
         self.kvs, self.arch, self.path, self.why = f.kvs, f.arch, str(path), why
@@ -63,20 +62,20 @@ class _Keys:
             if default is _MISSING:
                 raise self._missing(suffix)
             return default
-        return kv_int(self.kvs, self.key(suffix), None, path=self.path, lo=lo)
+        return get_int(self.kvs, self.key(suffix), None, path=self.path, lo=lo)
 
     def float(self, suffix: str, default: Any = _MISSING, positive: bool = False) -> Any:
         if not self.has(suffix):
             if default is _MISSING:
                 raise self._missing(suffix)
             return default
-        return kv_float(self.kvs, self.key(suffix), None, path=self.path, positive=positive)
+        return get_float(self.kvs, self.key(suffix), None, path=self.path, positive=positive)
 
     def rope_scaling(self) -> dict[str, Any] | None:
         """The config's rope_scaling from ``rope.scaling.*`` keys, or None."""
         if not self.has("rope.scaling.type"):
             return None
-        typ = kv_str(self.kvs, self.key("rope.scaling.type"), None, path=self.path)
+        typ = get_str(self.kvs, self.key("rope.scaling.type"), None, path=self.path)
         if typ == "none":
             return None
         out: dict[str, Any] = {"rope_type": typ, "factor": self.float("rope.scaling.factor", 1.0, positive=True)}
@@ -90,7 +89,7 @@ class _Keys:
 
 
 def _layer_ids(f: GGUFFile) -> set[int]:
-    return {int(m.group(1)) for t in f.tensors if (m := _BLK.match(t.name))}
+    return {int(m.group(1)) for t in f.tensors if (m := BLK_RE.match(t.name))}
 
 
 def _check_depth(f: GGUFFile, keys: _Keys, n_layers: int) -> None:
@@ -161,13 +160,13 @@ def drafter_from_gguf(path: str | Path) -> tuple[DrafterConfig, dict[str, np.nda
         raw["sliding_window"] = k.int("attention.sliding_window")
         pattern = (True,) * n_layers
         if k.has("attention.sliding_window_pattern"):
-            pattern = kv_bools(f.kvs, k.key("attention.sliding_window_pattern"), None, path=k.path)
+            pattern = get_bools(f.kvs, k.key("attention.sliding_window_pattern"), None, path=k.path)
             if len(pattern) != n_layers:
                 raise GGUFFormatError(f"{path}: {k.key('attention.sliding_window_pattern')} has {len(pattern)} "
                                       f"entries for {n_layers} layers (corrupt metadata; re-convert)")
         raw["layer_types"] = ["sliding_attention" if p else "full_attention" for p in pattern]
     if k.has("attention.causal"):
-        raw["is_causal"] = kv_bool(f.kvs, k.key("attention.causal"), None, path=k.path)
+        raw["is_causal"] = get_bool(f.kvs, k.key("attention.causal"), None, path=k.path)
     for key, name in (("final_logit_softcapping", "final_logit_softcapping"), ("logit_scale", "output_multiplier"),
                       ("embedding_scale", "input_embedding_scale")):
         if k.has(key):
@@ -220,18 +219,6 @@ def compare_with_config(gguf_cfg: DrafterConfig, cfg: DrafterConfig, path) -> li
 
 
 # --- target (qwen3 / llama GGUF, as llama.cpp's converter writes them) -------------------------
-_TARGET_LAYER = {
-    "attn_norm.weight": "input_layernorm.weight", "ffn_norm.weight": "post_attention_layernorm.weight",
-    "attn_q.weight": "self_attn.q_proj.weight", "attn_k.weight": "self_attn.k_proj.weight",
-    "attn_v.weight": "self_attn.v_proj.weight", "attn_output.weight": "self_attn.o_proj.weight",
-    "attn_q.bias": "self_attn.q_proj.bias", "attn_k.bias": "self_attn.k_proj.bias",
-    "attn_v.bias": "self_attn.v_proj.bias", "attn_output.bias": "self_attn.o_proj.bias",
-    "attn_q_norm.weight": "self_attn.q_norm.weight", "attn_k_norm.weight": "self_attn.k_norm.weight",
-    "ffn_gate.weight": "mlp.gate_proj.weight", "ffn_up.weight": "mlp.up_proj.weight",
-    "ffn_down.weight": "mlp.down_proj.weight",
-}
-_TARGET_GLOBAL = {"token_embd.weight": "model.embed_tokens.weight", "output_norm.weight": "model.norm.weight",
-                  "output.weight": "lm_head.weight"}
 SUPPORTED_TARGET_ARCHS = ("qwen3", "llama")
 
 
@@ -272,7 +259,7 @@ def target_from_gguf(path: str | Path) -> tuple[TargetConfig, dict[str, np.ndarr
     head_dim = k.int("attention.key_length", hidden // n_head or 1)
     if arch == "llama":  # unpermute_rope splits every head's rows in pairs
         for t in f.tensors:
-            m = _BLK.match(t.name)
+            m = BLK_RE.match(t.name)
             if m and m.group(2) in ("attn_q.weight", "attn_k.weight"):
                 heads = n_head if m.group(2) == "attn_q.weight" else n_kv
                 if len(t.shape) != 2 or t.shape[0] != heads * head_dim or head_dim % 2:
@@ -302,12 +289,8 @@ def target_from_gguf(path: str | Path) -> tuple[TargetConfig, dict[str, np.ndarr
     tc = parse_target_config(raw, Path(path))
     weights: dict[str, np.ndarray] = {}
     for t in f.tensors:
-        m = _BLK.match(t.name)
-        if m:
-            suffix = _TARGET_LAYER.get(m.group(2))
-            hf = None if suffix is None else f"model.layers.{m.group(1)}.{suffix}"
-        else:
-            hf = _TARGET_GLOBAL.get(t.name)
+        m = BLK_RE.match(t.name)
+        hf = target_hf_name(t.name)
         if hf is None:
             raise GGUFFormatError(f"{path}: tensor {show(t.name)} is not part of a dense {arch} target")
         w = dequantized(f, t)

@@ -3,21 +3,11 @@ import math
 
 import pytest
 
-from dflash_gguf.config import build_target_layer_ids, load_config, load_target_config
+from dflash_gguf.config import build_target_layer_ids, load_config
 from dflash_gguf.errors import ConfigError
 
-from tests.conftest import BROKEN, DRAFTERS, TARGETS
-
-
-def write_cfg(tmp_path, cfg):
-    (tmp_path / "config.json").write_text(json.dumps(cfg))
-    return tmp_path
-
-
-def flat(**over):
-    cfg = json.loads((DRAFTERS / "qwen3-flat" / "config.json").read_text())
-    cfg.update(over)
-    return cfg
+from tests.conftest import BROKEN, DRAFTERS
+from tests.config.helpers import flat, write_cfg
 
 
 def test_flat_schema_resolves_top_level_knobs():
@@ -47,26 +37,12 @@ def test_dflash2_knobs_and_gemma_extras():
 
 
 @pytest.mark.parametrize("name,needle", [
-    ("no-theta", "no RoPE theta"),
-    ("nan-theta", "not a positive finite number"),
     ("no-mask", "mask_token_id"),
     ("taps-beyond-target", "contains 7 but the target has only num_target_layers=5"),
 ])
 def test_broken_configs_fail_loudly(name, needle):
     with pytest.raises(ConfigError, match=needle):
         load_config(BROKEN / name)
-
-
-@pytest.mark.parametrize("theta", [0, -1.0, float("inf"), "1e6", True])
-def test_bad_theta_values(tmp_path, theta):
-    cfg = flat(rope_theta=theta)
-    with pytest.raises(ConfigError, match="rope_theta"):
-        load_config(write_cfg(tmp_path, cfg))
-
-
-def test_nested_theta_wins_over_top_level(tmp_path):
-    cfg = flat(rope_theta=1e6, rope_parameters={"rope_theta": 5e6, "rope_type": "default"})
-    assert load_config(write_cfg(tmp_path, cfg)).rope_theta == 5e6
 
 
 def test_block_size_default_is_warned(tmp_path):
@@ -85,15 +61,6 @@ def test_missing_taps_use_reference_fallback_with_warning(tmp_path):
     assert c.target_layer_ids == (1, 9, 17, 25, 33)
     assert any("fallback" in w for w in c.warnings)
     assert build_target_layer_ids(64, 1) == (32,)
-
-
-def test_yarn_scaling_needs_original_context(tmp_path):
-    cfg = flat(rope_scaling={"rope_type": "yarn", "factor": 4.0})
-    with pytest.raises(ConfigError, match="original_max_position_embeddings"):
-        load_config(write_cfg(tmp_path, cfg))
-    cfg["rope_scaling"]["original_max_position_embeddings"] = 4096
-    c = load_config(write_cfg(tmp_path, cfg))
-    assert c.rope_scaling.type == "yarn" and c.rope_scaling.factor == 4.0
 
 
 @pytest.mark.parametrize("over,needle", [
@@ -116,10 +83,62 @@ def test_not_json_and_missing(tmp_path):
         load_config(tmp_path / "absent")
 
 
-def test_target_config_flattens_text_config(tmp_path):
-    cfg = {"architectures": ["Gemma3ForConditionalGeneration"], "model_type": "gemma3",
-           "text_config": {"hidden_size": 128, "num_hidden_layers": 7, "vocab_size": 1000, "rope_theta": 1e6}}
-    t = load_target_config(write_cfg(tmp_path, cfg))
-    assert (t.hidden_size, t.num_hidden_layers, t.vocab_size) == (128, 7, 1000)
-    q = load_target_config(TARGETS / "qwen3-tiny")
-    assert q.num_hidden_layers == 5 and q.hidden_size == 64
+# --- wrong types and ranges: each used to escape as a Python exception or a hang -----------------
+def dflash2(**over):
+    cfg = json.loads((DRAFTERS / "qwen3-dflash2" / "config.json").read_text())
+    cfg.update(over)
+    return cfg
+
+
+@pytest.mark.parametrize("over,needle", [
+    ({"architectures": 5}, "architectures must be a list of class names, got 5"),  # was TypeError
+    ({"num_key_value_heads": 0}, r"config.num_key_value_heads = 0 is out of range \(1\.\.2,147,483,647\)"),  # ZeroDivision
+    ({"hidden_size": -64}, "config.hidden_size = -64 is out of range"),
+    ({"max_position_embeddings": 2**40}, "config.max_position_embeddings = 1099511627776 is out of range"),  # struct.error
+    ({"num_hidden_layers": 10**9}, r"config.num_hidden_layers = 1000000000 is out of range \(1\.\.65,536\)"),  # hang
+    ({"rms_norm_eps": 1e39}, "config.rms_norm_eps = 1e\\+39 does not fit the GGUF's float32"),  # OverflowError on write
+    ({"rms_norm_eps": 10**400}, "config.rms_norm_eps is an integer too large for a float"),  # OverflowError
+    ({"vocab_size": 10**400}, r"config.vocab_size = 10000000000000000000…\(401 digits\) is out of range"),
+    ({"attention_bias": "false"}, "attention_bias must be true or false, got 'false'"),  # silently true
+    ({"tie_word_embeddings": 1}, "tie_word_embeddings must be true or false, got 1"),
+    ({"use_sliding_window": "yes"}, "use_sliding_window must be true or false"),
+    ({"model_type": ["qwen3"]}, r"model_type must be a string, got \['qwen3'\]"),
+])
+def test_wrong_types_and_ranges_name_the_key(tmp_path, over, needle):
+    with pytest.raises(ConfigError, match=needle):
+        load_config(write_cfg(tmp_path, flat(**over)))
+
+
+@pytest.mark.parametrize("dflash,needle", [
+    ({"attention_value_scale": [1]}, r"dflash_config.attention_value_scale must be a number, got \[1\]"),  # TypeError
+    ({"output_multiplier": 10**400}, "dflash_config.output_multiplier is an integer too large for a float"),
+    ({"target_layer_ids": [0, 1, 2, 10**12]}, "contains 1000000000000; no real target has 65,536 layers"),
+    ({"use_swa": "true"}, "dflash_config.use_swa must be true or false"),
+])
+def test_wrong_dflash_config_values(tmp_path, dflash, needle):
+    cfg = flat(num_target_layers=None)
+    cfg["dflash_config"].update(dflash)
+    with pytest.raises(ConfigError, match=needle):
+        load_config(write_cfg(tmp_path, cfg))
+
+
+def test_dflash2_conv_group_size_zero(tmp_path):  # was ZeroDivisionError
+    cfg = dflash2()
+    cfg["dflash_config"]["conv_group_size"] = 0
+    with pytest.raises(ConfigError, match="dflash_config.conv_group_size = 0 is out of range"):
+        load_config(write_cfg(tmp_path, cfg))
+
+
+def test_fallback_taps_outside_the_target_are_refused(tmp_path):
+    cfg = flat(num_target_layers=2)  # the reference's formula gives [1, -1]
+    cfg["dflash_config"] = {"mask_token_id": 500}
+    with pytest.raises(ConfigError, match=r"would be \[1, -1\] \(repeated or outside the target\); add dflash_config"):
+        load_config(write_cfg(tmp_path, cfg))
+
+
+@pytest.mark.parametrize("blob", [b"[" * 100_000, b'{"hidden_size": ' + b"9" * 5000 + b"}"],
+                         ids=["deep-nesting", "5000-digit-int"])
+def test_unparseable_json_is_a_config_error(tmp_path, blob):  # RecursionError / ValueError before
+    (tmp_path / "config.json").write_bytes(blob)
+    with pytest.raises(ConfigError, match="not valid JSON"):
+        load_config(tmp_path)

@@ -8,37 +8,8 @@ import pytest
 from gguf import GGUFReader
 
 from dflash_gguf.formats import FORMATS
-
-from tests.conftest import BROKEN, DRAFTERS, TARGETS, rewrite_gguf
-
-LLAMA_GGUF = TARGETS / "llama-tiny.gguf"
-QWEN_DIR = TARGETS / "qwen3-tiny"
-# drafter -> target option that pairs with it (same vocab, hidden, enough depth)
-PAIRS = {
-    "qwen3-flat": ("--target-dir", QWEN_DIR),
-    "qwen3-nested": ("--target-dir", QWEN_DIR),
-    "qwen3-dflash2": ("--target-dir", QWEN_DIR),
-    "gemma-style": ("--target-gguf", LLAMA_GGUF),
-}
-
-
-def kvs(path):
-    r = GGUFReader(path)
-    return {k: (f.contents(), [t.name for t in f.types]) for k, f in r.fields.items() if not k.startswith("GGUF.")}
-
-
-def tensors(path):
-    r = GGUFReader(path)
-    return {t.name: (t.tensor_type.name, bytes(t.data.tobytes())) for t in r.tensors}
-
-
-def do_convert(cli, tmp_path, drafter, fmt, outtype="auto", name="out.gguf", with_target=False):
-    out = tmp_path / name
-    args = ["convert", DRAFTERS / drafter, "-o", out, "--format", fmt, "--outtype", outtype]
-    if FORMATS[fmt].needs_tokenizer or with_target:
-        args += list(PAIRS[drafter])
-    code, so, se = cli(*args)
-    return code, out, so, se
+from tests.conftest import BROKEN, DRAFTERS, rewrite_gguf
+from tests.convert.conftest import PAIRS, QWEN_DIR, do_convert, kvs, tensors
 
 
 @pytest.mark.parametrize("fmt", list(FORMATS))
@@ -226,48 +197,6 @@ def test_float_outtypes(cli, tmp_path, outtype, expect):
         assert np.array_equal(np.asarray(q.data).reshape(ref.shape), ref.astype(np.float16))
     ft = kvs(out)["general.file_type"][0]
     assert ft == {"f32": 0, "f16": 1, "bf16": 32}[outtype]
-
-
-FORMAT_NAMES = list(FORMATS)
-
-
-@pytest.mark.parametrize("a", FORMAT_NAMES)
-@pytest.mark.parametrize("b", FORMAT_NAMES)
-def test_retarget_round_trip(cli, tmp_path, a, b):
-    code, src, _, se = do_convert(cli, tmp_path, "qwen3-nested", a, name="a.gguf", with_target=True)
-    assert code == 0, se
-    mid, back = tmp_path / "b.gguf", tmp_path / "a2.gguf"
-    code, _, se = cli("retarget", src, "--format", b, "-o", mid)
-    assert code == 0, se
-    assert kvs(mid)["general.architecture"][0] == FORMATS[b].archs[0]
-    code, _, se = cli("retarget", mid, "--format", a, "-o", back)
-    assert code == 0, se
-    assert kvs(back) == kvs(src)
-    assert tensors(back) == tensors(src)
-
-
-def test_retarget_tokenizerless_lucebox_needs_a_target(cli, tmp_path):
-    code, src, _, se = do_convert(cli, tmp_path, "gemma-style", "lucebox")
-    assert code == 0, se
-    out = tmp_path / "main.gguf"
-    code, _, se = cli("retarget", src, "--format", "llama.cpp", "-o", out)
-    assert code == 2 and "--target-gguf" in se and not out.exists()
-    code, _, se = cli("retarget", src, "--format", "llama.cpp", "-o", out, "--target-gguf", LLAMA_GGUF)
-    assert code == 0, se
-    kv = kvs(out)
-    assert kv["dflash.target_layers"][0] == [1, 2] and kv["tokenizer.ggml.mask_token_id"][0] == 4
-    code, _, se = cli("retarget", src, "--format", "llama.cpp", "-o", tmp_path / "x.gguf",
-                      "--target-gguf", do_convert(cli, tmp_path, "qwen3-flat", "llama.cpp", name="q.gguf")[1])
-    assert code == 7 and "takes the target model's GGUF" in se
-
-
-def test_retarget_fixes_taps_between_conventions(cli, tmp_path):
-    code, src, _, se = do_convert(cli, tmp_path, "qwen3-flat", "dflash-draft")
-    assert code == 0, se
-    out = tmp_path / "main.gguf"
-    assert cli("retarget", src, "--format", "llama.cpp", "-o", out)[0] == 0
-    assert kvs(out)["dflash.target_layers"][0] == [1, 2, 3, 4]
-    assert kvs(src)["dflash-draft.dflash.target_layer_ids"][0] == [0, 1, 2, 3]
 
 
 def test_inspect_shows_both_conventions(cli, tmp_path):

@@ -9,12 +9,15 @@ import numpy as np
 import pytest
 
 from dflash_gguf.fileio import gguf_header as gh
+from dflash_gguf.fileio import header_records
 from dflash_gguf.errors import GGUFFormatError, OutputError
-from dflash_gguf.fileio.gguf_header import (InvalidKVError, InvalidTensorInfoError, LimitError, NotGGUFError,
-                                     StringArray, TensorOverlapError, TruncatedError, UnsupportedVersionError,
-                                     parse_header_bytes, read_header)
+from dflash_gguf.fileio.gguf_header import parse_header_bytes, read_header
+from dflash_gguf.fileio.header_errors import (InvalidKVError, InvalidTensorInfoError, LimitError, NotGGUFError,
+                                              TensorOverlapError, TruncatedError, UnsupportedVersionError)
+from dflash_gguf.fileio.string_array import StringArray
 
 GUARDS = Path(__file__).resolve().parents[2] / "fixtures" / "guards"
+from tests.conftest import GUARD_FIXTURES  # noqa: E402
 U32, U64, I64 = (lambda v: struct.pack("<I", v)), (lambda v: struct.pack("<Q", v)), (lambda v: struct.pack("<q", v))
 STR, ARR = 8, 9
 
@@ -52,7 +55,7 @@ def err(data: bytes, cls=GGUFFormatError) -> str:
 # --- a good file --------------------------------------------------------------------------
 
 def test_matches_gguf_reader_on_every_fixture():
-    for path in sorted(GUARDS.glob("*.gguf")):
+    for path in GUARD_FIXTURES:
         h = read_header(path)
         r = gguf.GGUFReader(path)
         fields = {k: f for k, f in r.fields.items() if not k.startswith("GGUF.")}
@@ -112,7 +115,7 @@ def test_big_vocab_across_buffer_refills(monkeypatch, tmp_path, minimal_reads):
     w.add_token_merges([f"{t} {t}" for t in toks[:500]])
     w.add_tensor("t", np.zeros(4, np.float32))
     w.write_header_to_file(); w.write_kv_data_to_file(); w.write_tensors_to_file(); w.close()
-    monkeypatch.setattr(gh, "_FIRST_READ", 64)
+    monkeypatch.setattr(header_records, "_FIRST_READ", 64)
     if minimal_reads:
         def fill(self, end):
             self.buf += self.f.read(end - len(self.buf))

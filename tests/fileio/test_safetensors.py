@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from safetensors.numpy import save_file
 
-from dflash_gguf.errors import WeightsError
+from dflash_gguf.errors import OutputError, WeightsError
 from dflash_gguf.fileio.safetensors import read_header, read_inventory, read_raw, to_f32
 
 from tests.conftest import BROKEN, DRAFTERS
@@ -81,4 +81,89 @@ def test_sharded_index(tmp_path):
     index["weight_map"]["c"] = "model-00003-of-00002.safetensors"
     (tmp_path / "model.safetensors.index.json").write_text(json.dumps(index))
     with pytest.raises(WeightsError, match="not found"):
+        read_inventory(tmp_path)
+
+
+# --- header entries of the wrong type: each used to escape as a TypeError or be accepted ----------
+def entry(**over):
+    return {"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8], **over}}
+
+
+@pytest.mark.parametrize("over,needle", [
+    ({"dtype": ["BF16"]}, r"tensor a has unknown dtype \['BF16'\]"),  # was TypeError: unhashable type
+    ({"dtype": {"F32": 1}}, "tensor a has unknown dtype {'F32': 1}"),
+    ({"dtype": "bf16"}, "tensor a has unknown dtype 'bf16'"),
+    ({"shape": 2}, "tensor a has shape 2; expected a list of non-negative integers"),
+    ({"shape": [2.0]}, r"tensor a has shape \[2.0\]; expected"),
+    ({"shape": ["2"]}, r"tensor a has shape \['2'\]; expected"),
+    ({"shape": [True, True]}, r"tensor a has shape \[True, True\]; expected"),
+    ({"shape": [-2]}, r"tensor a has shape \[-2\]; expected"),
+    ({"data_offsets": [0, 8, 16]}, r"tensor a has data_offsets \[0, 8, 16\]; expected \[start, end\]"),
+    ({"data_offsets": [False, 8]}, r"tensor a has data_offsets \[False, 8\]; expected"),
+    ({"data_offsets": {"0": 8}}, "tensor a has data_offsets {'0': 8}; expected"),
+    ({"data_offsets": [8, 0]}, "tensor a spans bytes 8..0"),
+])
+def test_malformed_entries(tmp_path, over, needle):
+    h = json.dumps(entry(**over)).encode()
+    with pytest.raises(WeightsError, match=needle):
+        read_header(raw_file(tmp_path / "e.safetensors", h, b"\0" * 8))
+
+
+@pytest.mark.parametrize("header,needle", [
+    ({"a": ["F32", [2], [0, 8]]}, "tensor a has a malformed header entry"),
+    ({"a": {"dtype": "F32", "shape": [2]}}, "tensor a has a malformed header entry"),
+    ({**entry(), "__metadata__": ["pt"]}, r"__metadata__ must map strings to strings, got \['pt'\]"),
+    ({**entry(), "__metadata__": {"format": 1}}, "__metadata__ must map strings to strings"),
+    ({"a\nb": entry()["a"]}, r"tensor name 'a\\nb' has control characters"),  # one-line messages only
+])
+def test_malformed_headers(tmp_path, header, needle):
+    with pytest.raises(WeightsError, match=needle):
+        read_header(raw_file(tmp_path / "m.safetensors", json.dumps(header).encode(), b"\0" * 8))
+
+
+def test_overlap_and_trailing_bytes(tmp_path):
+    h = {"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},
+         "b": {"dtype": "F32", "shape": [1], "data_offsets": [4, 8]}}
+    base = 8 + len(json.dumps(h).encode())  # offsets in messages are absolute file offsets
+    with pytest.raises(WeightsError, match=f"tensor b starts at byte {base + 4}, expected {base + 8} \\(overlap or gap\\)"):
+        read_header(raw_file(tmp_path / "o.safetensors", json.dumps(h).encode(), b"\0" * 8))
+    h = json.dumps(entry()).encode()
+    with pytest.raises(WeightsError, match="3 bytes after the last tensor"):  # safetensors refuses these too
+        read_header(raw_file(tmp_path / "t.safetensors", h, b"\0" * 11))
+
+
+@pytest.mark.parametrize("blob", [b"[" * 100_000, b'{"a": ' + b"9" * 5000 + b"}"], ids=["deep-nesting", "5000-digit-int"])
+def test_unparseable_header_json(tmp_path, blob):  # RecursionError / ValueError before
+    with pytest.raises(WeightsError, match="header is not valid JSON"):
+        read_header(raw_file(tmp_path / "j.safetensors", blob))
+
+
+def test_unreadable_file_is_an_output_error(tmp_path):
+    (tmp_path / "model.safetensors").mkdir()  # was IsADirectoryError
+    with pytest.raises(OutputError, match="cannot read"):
+        read_header(tmp_path / "model.safetensors")
+    with pytest.raises(OutputError, match="no model.safetensors"):
+        read_inventory(tmp_path)
+
+
+@pytest.mark.parametrize("index,needle", [
+    ([], "needs a weight_map object"),  # was TypeError, caught only by a broad except
+    ({"weight_map": None}, "needs a weight_map object"),  # was AttributeError
+    ({"weight_map": ["a"]}, "needs a weight_map object"),
+    ({"weight_map": {"a": None, "b": "s.safetensors"}}, r"weight_map\['a'\] = None is not a shard file name"),  # sort TypeError
+    ({"weight_map": {"a": 1.5}}, r"weight_map\['a'\] = 1.5 is not a shard file name"),  # Path / float TypeError
+    ({"weight_map": {"a": "../other/model.safetensors"}}, "is not a shard file name beside the index"),
+    ({"weight_map": {"a": "/etc/passwd"}}, "is not a shard file name beside the index"),
+    ({"weight_map": {"a\rb": "s.safetensors"}}, "tensor name 'a\\\\rb' has control characters"),
+    ({"weight_map": {"a": "s\n.safetensors"}}, r"weight_map\['a'\] = 's\\n.safetensors' is not a shard file name"),
+])
+def test_malformed_index(tmp_path, index, needle):
+    (tmp_path / "model.safetensors.index.json").write_text(json.dumps(index))
+    with pytest.raises(WeightsError, match=needle):
+        read_inventory(tmp_path)
+
+
+def test_unparseable_index(tmp_path):  # RecursionError before
+    (tmp_path / "model.safetensors.index.json").write_bytes(b"[" * 100_000)
+    with pytest.raises(WeightsError, match="not a valid safetensors index"):
         read_inventory(tmp_path)

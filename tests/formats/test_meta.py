@@ -11,7 +11,7 @@ from gguf import GGUFValueType as V
 from dflash_gguf.errors import GGUFFormatError
 from dflash_gguf.fileio.types import KV
 from dflash_gguf.formats import DFLASH_DRAFT, LUCEBOX, MAINLINE, meta_from_gguf
-from dflash_gguf.formats.meta import kv_bool, kv_bools, kv_float, kv_int, kv_ints, kv_str, kv_value
+from dflash_gguf.fileio.gguf_reader import get_bool, get_bools, get_float, get_int, get_ints, get_str
 
 SHAPES = {"fc.weight": (64, 256), "enc.output_norm.weight": (64,), "blk.0.attn_norm.weight": (64,)}
 
@@ -131,18 +131,16 @@ def test_typed_accessors():
            "b": KV("b", True, V.BOOL), "s": KV("s", "yarn", V.STRING), "bb": KV("bb", (True, False), V.ARRAY, V.BOOL),
            "ii": KV("ii", (3,), V.ARRAY, V.UINT8), "z": KV("z", -0.0, V.FLOAT32)}
     used: set[str] = set()
-    assert kv_int(kvs, "i", used) == 7 and used == {"i"}
-    assert kv_int(kvs, "missing", used, required=False) is None
-    assert kv_float(kvs, "f", None) == 0.5 and kv_float(kvs, "i", None) == 7.0
-    assert kv_bool(kvs, "b", None) is True and kv_str(kvs, "s", None) == "yarn"
-    assert kv_bools(kvs, "bb", None) == (True, False) and kv_ints(kvs, "ii", None) == (3,)
-    for fn, key in ((kv_float, "n"), (kv_bool, "i"), (kv_str, "i"), (kv_bools, "ii"), (kv_ints, "bb"),
-                    (kv_int, "f"), (kv_int, "b")):
+    assert get_int(kvs, "i", used) == 7 and used == {"i"}
+    assert get_int(kvs, "missing", used, required=False) is None
+    assert get_float(kvs, "f", None) == 0.5 and get_float(kvs, "i", None) == 7.0
+    assert get_bool(kvs, "b", None) is True and get_str(kvs, "s", None) == "yarn"
+    assert get_bools(kvs, "bb", None) == (True, False) and get_ints(kvs, "ii", None) == (3,)
+    for fn, key in ((get_float, "n"), (get_bool, "i"), (get_str, "i"), (get_bools, "ii"), (get_ints, "bb"),
+                    (get_int, "f"), (get_int, "b")):
         with pytest.raises(GGUFFormatError, match=f"key {key} has unexpected types"):
             fn(kvs, key, None, path="")
     with pytest.raises(GGUFFormatError, match="a positive finite number"):
-        kv_float(kvs, "z", None, positive=True)
+        get_float(kvs, "z", None, positive=True)
     with pytest.raises(GGUFFormatError, match="required key nope is missing"):
-        kv_int(kvs, "nope", None, path="p")
-    # the old helper keeps its signature
-    assert kv_value(kvs, "i", set()) == 7 and kv_value(kvs, "ii", set(), list) == [3]
+        get_int(kvs, "nope", None, path="p")

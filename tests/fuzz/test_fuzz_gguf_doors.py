@@ -23,7 +23,7 @@ expected output (nothing at all on failure, never a ``*.tmp``), within a per-cas
 
 Budget: ``DFLASH_FUZZ_EXAMPLES`` examples per door (default small for CI); an offline campaign
 sets it to ~1000 and ``DFLASH_FUZZ_KEEP_GOING=1`` (record every failing case instead of
-stopping at the first) with ``DFLASH_FUZZ_LOG=cases.jsonl``. See docs/fuzzing-gguf.md.
+stopping at the first) with ``DFLASH_FUZZ_LOG=cases.jsonl``. See docs/fuzzing.md.
 """
 from __future__ import annotations
 
@@ -42,18 +42,18 @@ import tempfile
 import time
 import traceback
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-import numpy as np
 import pytest
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType as Q, GGUFValueType as V, GGUFWriter
 from gguf.gguf_writer import GGUFValue
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from dflash_gguf.errors import DflashError
-from dflash_gguf.fileio.gguf_header import StringArray, parse_header_bytes
+from dflash_gguf.fileio.gguf_header import parse_header_bytes
+from dflash_gguf.fileio.string_array import StringArray
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "fixtures"
@@ -79,35 +79,15 @@ except ImportError:
 DOC_CODES = {0, 1, 2, 3, 4, 5, 6, 7, 8, 130, 10, 11, 12, 13, 20, 30}
 CHECK_CODES = {0, 6, 12}
 
-# --- bugs found here in modules being refactored elsewhere (not ours to edit) ----------------
+# --- known bugs -----------------------------------------------------------------------------
 # A case whose innermost dflash_gguf frame is (file, function), raising this exception type
-# with this text in its message, is counted as "known" instead of failing the fuzz. Each has a
-# strict-xfail reproducer at the end of this file: fixing the bug makes that test XPASS, which
-# fails the run, and then its entry here goes too.
-KNOWN: list[tuple[str, str, str, str]] = [
-    # rich markup in untrusted names/values rendered by the CLI tables (cli/ is being refactored)
-    ("MarkupError", "cli/inspect.py", "inspect_cmd", ""),
-    ("MarkupError", "cli/quantize.py", "quantize_cmd", ""),
-    ("MarkupError", "cli/compare.py", "render", ""),
-    # the GGUF writer (fileio/gguf_writer.py, not ours) cannot copy what the reader accepts:
-    # an empty array KV (gguf-py refuses it) and a 0-d tensor
-    ("ValueError", "fileio/gguf_writer.py", "write_gguf", "Empty array"),
-    ("IndexError", "fileio/gguf_writer.py", "tensor_nbytes", ""),
-    ("IndexError", "fileio/gguf_writer.py", "_byte_shape", ""),
-    # target/tokenizer.target_from_gguf (retarget / convert --target-gguf) takes len() of
-    # tokenizer.ggml.tokens whatever its type
-    ("TypeError", "target/tokenizer.py", "target_from_gguf", "has no len()"),
-    # convert/checkpoint.retarget renames tensors without checking that the new names are
-    # unique: a file holding both fc.weight and a stray dflash_fc.weight, retargeted to
-    # dflash-draft, makes GGUFWriter raise "Duplicated tensor name"
-    ("ValueError", "fileio/gguf_writer.py", "write_gguf", "Duplicated tensor name"),
-]
+# with this text in its message, would be counted as "known" instead of failing the fuzz, with a
+# strict-xfail reproducer at the end of this file. Empty: every bug found so far is fixed, and its
+# reproducer is a test_regression_* below.
+KNOWN: list[tuple[str, str, str, str]] = []
 # Clean exits whose one error line is still wrong (not printable): (why, pattern of the line).
-KNOWN_LINES: list[tuple[str, re.Pattern[str]]] = [
-    # target/tokenizer.target_from_gguf puts the raw architecture string in its message
-    ("target/tokenizer.py: architecture not escaped",
-     re.compile(r"\.(embedding_length|block_count) is missing or not a positive integer")),
-]
+# Empty for the same reason.
+KNOWN_LINES: list[tuple[str, re.Pattern[str]]] = []
 
 
 # --- the corpus ---------------------------------------------------------------------------
@@ -985,18 +965,14 @@ def test_regression_quantize_zero_element_tensor(corpus):
     _assert_clean(_run_case("regression", data, lambda i, o: ["quantize", i, o / "q.gguf", "q8_0"], {0}, out="q.gguf"))
 
 
-# --- known bugs outside this area (see KNOWN): strict xfails, one per traceback ---------------
+# --- bugs the campaign found in other modules, fixed: their reproducers ------------------------
 
-@pytest.mark.xfail(strict=True, raises=Exception, reason=(
-    "cli/inspect.py renders key names, values and tensor names as rich markup: a value '[red]x[/blue]' "
-    "raises rich.errors.MarkupError (same for tensor names in cli/quantize.py's table and cli/compare.py "
-    "render); cli/ is being refactored elsewhere"))
 @pytest.mark.parametrize("door,argv", [
     ("inspect", lambda i, o: ["inspect", i]),
     ("quantize", lambda i, o: ["quantize", i, o / "q.gguf", "q8_0"]),
     ("compare", lambda i, o: ["compare-weights", i, i]),
 ])
-def test_known_markup_in_names(corpus, door, argv):
+def test_regression_markup_in_names(corpus, door, argv):
     def rename(ts):
         ts[1].name = "[/]"
     data = _variant(corpus, "qwen3-flat-llama.cpp",
@@ -1007,14 +983,10 @@ def test_known_markup_in_names(corpus, door, argv):
     _assert_clean(o)
 
 
-@pytest.mark.xfail(strict=True, raises=Exception, reason=(
-    "fileio/gguf_writer.write_gguf passes every KV to gguf-py's GGUFWriter, which refuses an empty array "
-    "('Invalid GGUF metadata array. Empty array'): quantize / retarget of a file with one (valid GGUF, "
-    "the reader accepts it) end in a ValueError traceback"))
 @pytest.mark.parametrize("argv", [lambda i, o: ["quantize", i, o / "q.gguf", "q8_0"],
                                   lambda i, o: ["retarget", i, "-o", o / "q.gguf", "--format", "dflash-draft"]],
                          ids=["quantize", "retarget"])
-def test_known_empty_array_kv(corpus, argv):
+def test_regression_empty_array_kv(corpus, argv):
     data = _variant(corpus, "qwen3-flat-llama.cpp", kvs={"general.tags": KVItem("general.tags", [], V.ARRAY, V.STRING)})
     o = _run_case("writer", data, argv, {0, 6}, out="q.gguf")
     if o.verdict == "traceback":
@@ -1022,13 +994,10 @@ def test_known_empty_array_kv(corpus, argv):
     _assert_clean(o)
 
 
-@pytest.mark.xfail(strict=True, raises=Exception, reason=(
-    "fileio/gguf_writer.tensor_nbytes / _byte_shape index shape[-1]: a 0-d tensor (n_dims = 0, which "
-    "the reader accepts as one element, as ggml does) is an IndexError traceback in quantize and retarget"))
 @pytest.mark.parametrize("argv", [lambda i, o: ["quantize", i, o / "q.gguf", "q8_0"],
                                   lambda i, o: ["retarget", i, "-o", o / "q.gguf", "--format", "dflash-draft"]],
                          ids=["quantize", "retarget"])
-def test_known_scalar_tensor(corpus, argv):
+def test_regression_scalar_tensor(corpus, argv):
     def scalar(ts):
         t = next(t for t in ts if t.name == "blk.0.attn_output.weight")
         t.ne, t.type, t.data = (), Q.BF16, b"\x80\x3f"
@@ -1038,10 +1007,7 @@ def test_known_scalar_tensor(corpus, argv):
     _assert_clean(o)
 
 
-@pytest.mark.xfail(strict=True, raises=Exception, reason=(
-    "target/tokenizer.target_from_gguf: `len(tokens)` on tokenizer.ggml.tokens of any type — a BOOL or "
-    "FLOAT32 there is a TypeError traceback in retarget --target-gguf (and convert --target-gguf)"))
-def test_known_target_tokens_of_the_wrong_type(corpus, pristine_dir):
+def test_regression_target_tokens_of_the_wrong_type(corpus, pristine_dir):
     data = _variant(corpus, "llama-tiny", kvs={"tokenizer.ggml.tokens": KVItem("tokenizer.ggml.tokens", False, V.BOOL)})
     o = _run_case("retarget-target", data, lambda i, o: ["retarget", pristine_dir / "qwen3-flat-lucebox.gguf", "-o",
                                                          o / "r.gguf", "--format", "llama.cpp", "--target-gguf", i],
@@ -1051,10 +1017,7 @@ def test_known_target_tokens_of_the_wrong_type(corpus, pristine_dir):
     _assert_clean(o)
 
 
-@pytest.mark.xfail(strict=True, raises=ValueError, reason=(
-    "quants.dequantize reshapes block data to (-1, row_nbytes): for a zero-element tensor with ne0 = 0 "
-    "that is reshape(-1, 0), a ValueError (reference.from_gguf now skips such tensors itself)"))
-def test_known_dequantize_zero_width_rows():
+def test_regression_dequantize_zero_width_rows():
     from dflash_gguf.quants import dequantize
 
     assert dequantize(b"", Q.Q8_0, (4, 0)).shape == (4, 0)
@@ -1077,11 +1040,9 @@ def test_regression_loader_zero_element_tensor(corpus):
     _assert_clean(o)
 
 
-@pytest.mark.xfail(strict=True, raises=Exception, reason=(
-    "convert/checkpoint.retarget: a mainline file with fc.weight and a stray tensor named dflash_fc.weight, "
-    "retargeted to dflash-draft, gets two tensors named dflash_fc.weight: GGUFWriter's ValueError "
-    "'Duplicated tensor name' is a traceback (retarget should refuse the collision, exit 6)"))
-def test_known_retarget_name_collision(corpus):
+def test_regression_retarget_name_collision(corpus):
+    """A mainline file with fc.weight and a stray tensor named dflash_fc.weight, retargeted to
+    dflash-draft, would hold two tensors named dflash_fc.weight (GGUFWriter's ValueError)."""
     def stray(ts):
         next(t for t in ts if t.name == "blk.0.attn_v.weight").name = "dflash_fc.weight"
     data = _variant(corpus, "qwen3-flat-llama.cpp", tensors=stray)
@@ -1092,10 +1053,8 @@ def test_known_retarget_name_collision(corpus):
     _assert_clean(o)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "target/tokenizer.target_from_gguf: '<arch>.embedding_length is missing or not a positive integer' "
-    "shows the architecture unescaped: a NUL in it makes the error line unprintable"))
-def test_known_target_error_line_unescaped(corpus, pristine_dir):
+def test_regression_target_error_line_escaped(corpus, pristine_dir):
+    """A NUL in a target's architecture: the "<arch>.embedding_length is missing" line stays printable."""
     data = bytearray(corpus["llama-tiny"].data)
     h = parse_header_bytes(bytes(data))
     at = h.kv["general.architecture"].offset

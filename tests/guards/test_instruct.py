@@ -1,6 +1,7 @@
-"""check-instruct's classifier: the rules table, its precedence, and real-looking metadata."""
+"""check-instruct: the classifier (rules, precedence, real metadata) and the command (exit codes, JSON)."""
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -10,9 +11,8 @@ import pytest
 
 from dflash_gguf.fileio.gguf_header import read_header
 from dflash_gguf.guards.instruct import RULES, Verdict, classify
-
-ROOT = Path(__file__).resolve().parents[2]
-GUARDS = ROOT / "fixtures" / "guards"
+from tests.conftest import ROOT
+from tests.guards.conftest import GUARDS, QWEN
 
 
 @pytest.mark.parametrize("name, verdict, decided_by", [
@@ -145,3 +145,50 @@ def test_every_rule_is_documented():
     doc = (ROOT / "docs" / "check-instruct.md").read_text()
     missing = [r.id for r in RULES if f"`{r.id}`" not in doc]
     assert not missing, f"docs/check-instruct.md lacks rules {missing}"
+
+
+# --- the check-instruct command ------------------------------------------------------------
+
+@pytest.mark.parametrize("name, code", [
+    ("qwen3-8b.gguf", 0), ("qwen3-8b-base.gguf", 10), ("gemma-3-1b-it.gguf", 0), ("gemma-3-1b-pt.gguf", 10),
+    ("gemma-4-e2b-it.gguf", 0), ("llama-3.1-8b-instruct.gguf", 0), ("llama-3.1-8b.gguf", 10),
+    ("frankenmerge-7b.gguf", 11), ("qwen3-8b-dflash.gguf", 0),
+    # shard 2 has no metadata of its own: the verdict comes from shard 1
+    ("qwen3-8b-sharded-00002-of-00002.gguf", 0),
+])
+def test_check_instruct_exit_codes(cli, name, code):
+    rc, out, _ = cli("check-instruct", GUARDS / name)
+    assert rc == code
+    assert out.startswith(f"{GUARDS / name}: ")
+
+
+def test_allow_unknown(cli):
+    assert cli("check-instruct", GUARDS / "frankenmerge-7b.gguf", "--allow-unknown")[0] == 0
+    assert cli("check-instruct", GUARDS / "qwen3-8b-base.gguf", "--allow-unknown")[0] == 10
+
+
+def test_check_instruct_json(cli):
+    rc, out, _ = cli("check-instruct", QWEN, "--json")
+    doc = json.loads(out)
+    assert rc == 0 and set(doc) == {"file", "shards", "verdict", "reason", "exit_code", "evidence"}
+    assert doc["verdict"] == "instruct" and doc["exit_code"] == 0
+    ev = doc["evidence"][0]
+    assert set(ev) == {"rule", "tier", "leans", "field", "value", "matched", "description"}
+    assert {e["rule"] for e in doc["evidence"]} >= {"eos-turn-end", "family-qwen3", "template-chatml"}
+
+
+def test_truncated_file_is_6_before_any_verdict(cli, tmp_path):
+    cut = tmp_path / "qwen3-8b.gguf"
+    cut.write_bytes(QWEN.read_bytes()[:3000])
+    rc, out, err = cli("check-instruct", cut)
+    assert rc == 6 and out == ""
+    assert err.startswith(f"error: {cut}: tensor token_embd.weight needs bytes up to")
+    rc, out, err = cli("check-instruct", cut, "--json")
+    doc = json.loads(out)
+    assert rc == 6 and doc["exit_code"] == 6 and doc["error"]["type"] == "TruncatedError"
+    assert "verdict" not in doc
+
+
+def test_missing_file_is_5(cli, tmp_path):
+    rc, _, err = cli("check-instruct", tmp_path / "nope.gguf")
+    assert rc == 5 and "no such file" in err

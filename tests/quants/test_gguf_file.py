@@ -216,7 +216,7 @@ def test_fixture_equals_real_llama_quantize_and_loads(cli, tmp_path, drafter, ft
     r = subprocess.run([sys.executable, "-c", LQ, str(src), str(ref), str(ftype_id)], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr[-1000:]
     assert ours.read_bytes() == ref.read_bytes()
-    from test_llamacpp import load
+    from tests.convert.test_llamacpp_ground_truth import load
 
     assert load(ours) == "LOADED"
 

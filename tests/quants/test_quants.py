@@ -29,7 +29,7 @@ from dflash_gguf.quants.base import seq_sum
 GOLDEN = Path(__file__).resolve().parents[2].parent / "shared" / "golden" / "ggml_quant_golden.npz"
 TYPES = ["q8_0", "q4_0", "q5_0", "q4_1", "q5_1", "q4_K", "q5_K", "q6_K", "bf16", "f16"]
 CASES = ["normal_w", "normal_bf16", "uniform", "heavy_t2", "outliers", "positive", "negative", "norm_like", "edge"]
-# Types with a compiled kernel in quants/_numba.py; the others run the numpy path on both backends.
+# Types with a compiled kernel in quants/_numba/; the others run the numpy path on both backends.
 NUMBA_KERNELS = {"q8_0": "q8_0", "q4_K": "q4_k", "q5_K": "q5_k", "q6_K": "q6_k"}
 
 
@@ -176,13 +176,14 @@ def test_backend_switch_picks_the_kernel(monkeypatch, qtype):
     # Guards the two-backend tests above: each must run the implementation it names.
     calls = []
     name = NUMBA_KERNELS[qtype]
-    real = getattr(_numba, name, None)
+    real = _numba.kernel(name) if _numba.AVAILABLE else None
+    lookup = _numba.kernel
 
     def spy(blocks):
         calls.append(blocks.shape)
         return real(blocks)
 
-    monkeypatch.setattr(_numba, name, spy, raising=False)
+    monkeypatch.setattr(_numba, "kernel", lambda n: spy if n == name else lookup(n))
     x = np.linspace(-1, 1, 2 * 512, dtype=np.float32).reshape(2, 512)
     x.flags.writeable = False
     prev = _numba.set_enabled(False)
@@ -213,20 +214,22 @@ def test_numba_fp16_conversion_matches_numpy():
     # ggml_compute_fp32_to_fp16 / fp16_to_fp32 as compiled: against NumPy's casts (identical to
     # ggml's for every non-NaN input) on a stride through all 2^32 float32 bit patterns plus
     # every pattern around the fp16 rounding/subnormal/overflow boundaries.
+    from dflash_gguf.quants._numba import common
+
     strided = np.arange(0, 1 << 32, 4093, dtype=np.uint64)
     edges = np.array([0x33000000, 0x33800000, 0x38800000, 0x387FE000, 0x477FE000, 0x477FF000, 0x7F800000], np.uint64)
     near = (edges[:, None] + np.arange(-4096, 4096, dtype=np.int64)[None, :].astype(np.uint64)).reshape(-1)
     u = np.concatenate([strided, near, near | np.uint64(0x80000000)]).astype(np.uint32)
     f = u.view(np.float32)
     f = f[~np.isnan(f)]
-    bits, back = _numba.fp16_convert(f)
+    bits, back = common.fp16_convert(f)
     with np.errstate(over="ignore"):  # the overflow to inf is part of what is checked
         want = f.astype(np.float16)
     assert np.array_equal(bits, want.view(np.uint16).astype(np.int64))
     assert np.array_equal(back.view(np.uint32), want.astype(np.float32).view(np.uint32))
     halves = np.arange(1 << 16, dtype=np.uint16).view(np.float16)
     halves = halves[~np.isnan(halves)].astype(np.float32)
-    assert np.array_equal(_numba.fp16_convert(halves)[1].view(np.uint32), halves.view(np.uint32))
+    assert np.array_equal(common.fp16_convert(halves)[1].view(np.uint32), halves.view(np.uint32))
 
 
 @pytest.mark.skipif(not _numba.AVAILABLE, reason="numba is not installed")
@@ -239,8 +242,10 @@ def test_numba_kernels_compile_to_plain_float32(kernel):
 
     import numba
 
+    from dflash_gguf.quants._numba import common
+
     bs = 32 if kernel == "q8_0" else 256
-    fresh = numba.njit(**{**_numba.JIT_OPTIONS, "cache": False})(getattr(_numba, kernel).py_func)
+    fresh = numba.njit(**{**common.JIT_OPTIONS, "cache": False})(_numba.kernel(kernel).py_func)
     fresh(np.zeros((1, bs), np.float32))
     sig = fresh.signatures[0]
     ir, asm = fresh.inspect_llvm(sig), fresh.inspect_asm(sig)

@@ -160,7 +160,6 @@ def test_llama_gguf_target_matches_hf_dir():
 
 def test_qwen3_gguf_target_matches_safetensors(tmp_path):
     gguf = pytest.importorskip("gguf")
-    from dflash_gguf.reference.from_gguf import _TARGET_GLOBAL as _GGUF_TARGET_GLOBAL, _TARGET_LAYER as _GGUF_TARGET_LAYER
     from dflash_gguf.reference.load import target_from_gguf
 
     cfg = tiny.target_config(vocab=48, layers=2, tie=False, rope_scaling={"rope_type": "yarn", "factor": 4.0,
@@ -180,14 +179,10 @@ def test_qwen3_gguf_target_matches_safetensors(tmp_path):
     w.add_rope_scaling_type(gguf.RopeScalingType.YARN)
     w.add_rope_scaling_factor(4.0)
     w.add_rope_scaling_orig_ctx_len(8)
-    to_gguf = {v: k for k, v in _GGUF_TARGET_GLOBAL.items()}
+    # Names from gguf-py's own TensorNameMap (what llama.cpp's converter uses), not from our tables.
+    name_map = gguf.get_tensor_name_map(gguf.MODEL_ARCH.QWEN3, 2)
     for name, t in ours.state_dict().items():
-        if name in to_gguf:
-            dst = to_gguf[name]
-        else:
-            _, _, bid, rest = name.split(".", 3)
-            dst = f"blk.{bid}." + next(k for k, v in _GGUF_TARGET_LAYER.items() if v == rest)
-        w.add_tensor(dst, t.detach().numpy())
+        w.add_tensor(name_map.get_name(name, try_suffixes=(".weight", ".bias")), t.detach().numpy())
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()

@@ -1,0 +1,116 @@
+"""The two sides of a pair, read row by row as ggml-encoded bytes and dequantized.
+
+A safetensors BF16/F16/F32 tensor is stored exactly as ggml encodes that type, so a checkpoint
+tensor and a GGUF tensor are the same kind of object here: a ggml type, a shape and a way to
+read the bytes of a range of rows.
+"""
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+from gguf import GGMLQuantizationType as Q
+
+from ..errors import DflashError, GGUFFormatError, WeightsError
+from ..fileio.gguf_reader import GGUFFile
+from ..fileio.safetensors import DTYPE_SIZES, SourceTensor
+from ..fileio.types import TensorInfo
+
+
+@dataclass
+class _Side:
+    """One tensor as ggml-encoded bytes."""
+
+    name: str
+    shape: tuple[int, ...]  # torch order, at least one dimension
+    qtype: Q
+    nbytes: int
+    read: Callable[[int, int], np.ndarray]  # (row0, row1) -> flat uint8 bytes of those rows
+
+    @property
+    def rows(self) -> int:
+        return math.prod(self.shape[:-1])
+
+    @property
+    def cols(self) -> int:
+        return self.shape[-1]
+
+    def values(self) -> np.ndarray:
+        return _deq(self.read(0, self.rows), self.qtype, self.rows, self.cols).reshape(self.shape)
+
+
+class _Files:
+    """pread-based access to the input files: one descriptor per file, opened on first read and
+    shared by the worker threads (pread has no file position, so concurrent reads do not
+    interfere). GGUF tensors are read this way too rather than through ``GGUFFile.raw``'s memory
+    map: touched map pages count in the process's RSS, so reading a 1 GB file through the map
+    looks like 1 GB of memory."""
+
+    def __init__(self) -> None:
+        self._fds: dict[Path, int] = {}
+
+    def __enter__(self) -> "_Files":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for fd in self._fds.values():
+            os.close(fd)
+        self._fds.clear()
+
+    def pread(self, path: Path, offset: int, n: int, what: str, error: type[DflashError]) -> np.ndarray:
+        fd = self._fds.get(path)
+        if fd is None:
+            fd = self._fds[path] = os.open(path, os.O_RDONLY)
+        buf = np.empty(n, dtype=np.uint8)
+        got = os.preadv(fd, [memoryview(buf)], offset) if n else 0
+        if got != n:
+            raise error(f"{path}: tensor {what} ends early ({got:,} of {n:,} bytes read at offset {offset:,}); "
+                        "the file is truncated, re-fetch it")
+        return buf
+
+    def source_side(self, t: SourceTensor) -> _Side:
+        """A checkpoint tensor of a float dtype (``FLOAT_DTYPES``: named like their ggml types)."""
+        shape = t.shape or (1,)
+        row_bytes = shape[-1] * DTYPE_SIZES[t.dtype]
+
+        def read(r0: int, r1: int) -> np.ndarray:
+            return self.pread(t.file, t.offset + r0 * row_bytes, (r1 - r0) * row_bytes, t.name, WeightsError)
+
+        return _Side(t.name, shape, Q[t.dtype], t.nbytes, read)
+
+    def gguf_side(self, f: GGUFFile, e: TensorInfo) -> _Side:
+        shape = e.shape or (1,)
+        row_bytes = e.nbytes // max(math.prod(shape[:-1]), 1)
+
+        def read(r0: int, r1: int) -> np.ndarray:
+            return self.pread(f.path, e.offset_abs + r0 * row_bytes, (r1 - r0) * row_bytes, e.name, GGUFFormatError)
+
+        return _Side(e.name, shape, e.ggml_type, e.nbytes, read)
+
+
+def _deq(raw: np.ndarray, t: Q, rows: int, cols: int) -> np.ndarray:
+    """Bytes of ``rows`` rows -> float32 (rows, cols), with ggml's float operations (checked bit
+    for bit against gguf-py in tests/compare/test_sides.py)."""
+    if t == Q.Q8_0:
+        # the hot quantized type, inline: half the time of gguf-py's version (which
+        # dflash_gguf.quants uses) for the same y = x * d per element
+        b = raw.reshape(-1, 34)
+        d = np.ascontiguousarray(b[:, :2]).view("<f2").astype(np.float32)  # (n, 1)
+        y = b[:, 2:].view(np.int8).astype(np.float32)
+        y *= d
+        return y.reshape(rows, cols)
+    from ..quants import QUANTIZE_TYPES, dequantize
+
+    if t in QUANTIZE_TYPES:
+        return dequantize(raw, t, (rows, cols))
+    import gguf  # types we cannot write may still be read (Q2_K, IQ*: whatever gguf-py decodes)
+
+    try:
+        return np.asarray(gguf.dequantize(raw.reshape(rows, -1), t), dtype=np.float32).reshape(rows, cols)
+    except NotImplementedError:
+        raise GGUFFormatError(f"cannot dequantize ggml type {t.name}: neither dflash_gguf.quants nor gguf-py "
+                              "implements it") from None

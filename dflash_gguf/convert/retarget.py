@@ -1,0 +1,77 @@
+"""retarget: a drafter GGUF in one format → DrafterMeta → the same tensors renamed, bytes untouched."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from ..errors import GGUFFormatError, TargetError, UsageError
+from ..fileio.gguf_header import show
+from ..fileio.gguf_reader import read_gguf
+from ..fileio.gguf_writer import TensorOut, WriteReport, write_gguf
+from ..formats import Format, get_format, meta_from_gguf
+from ..target.info import load_target
+
+
+@dataclass(frozen=True)
+class RetargetResult:
+    source_format: str
+    target_format: str
+    arch: str
+    renamed: list[tuple[str, str]]
+    written: WriteReport | None
+
+
+def retarget(
+    src: str | Path,
+    out: str | Path | None,
+    *,
+    format: str,
+    target_gguf: str | Path | None = None,
+    target_dir: str | Path | None = None,
+    force: bool = False,
+    dry_run: bool = False,
+    progress: Callable[[int], None] | None = None,
+) -> RetargetResult:
+    """Rewrite a drafter GGUF into another format: keys re-spelled, tensors renamed, bytes untouched."""
+    to_fmt: Format = get_format(format)
+    f = read_gguf(src)
+    from_fmt, meta = meta_from_gguf(f.kvs, f.shapes(), src)
+    if target_gguf or target_dir:
+        _attach_tokenizer(meta, target_gguf, target_dir, src)
+    arch, kvs = to_fmt.kvs(meta)
+    renamed, tensors, by_new = [], [], {}
+    for t in f.tensors:
+        new = to_fmt.rename_from(from_fmt, t.name)
+        if new is None:
+            new = t.name  # not a drafter-table tensor (e.g. rope_freqs, d2t): keep its name
+        if new in by_new:
+            raise GGUFFormatError(
+                f"{src}: tensors {show(by_new[new])} and {show(t.name)} would both be named {show(new)} in "
+                f"--format {to_fmt.name} (a tensor carries another format's name; re-convert the drafter)")
+        by_new[new] = t.name
+        renamed.append((t.name, new))
+        tensors.append(TensorOut(new, t.shape, t.ggml_type, t.nbytes, (lambda e=t: f.raw(e))))
+    if dry_run:
+        return RetargetResult(from_fmt.name, to_fmt.name, arch, renamed, None)
+    if out is None:
+        raise UsageError("retarget needs -o OUT.gguf (or --dry-run)")
+    if Path(out).resolve() == Path(src).resolve():
+        raise UsageError("retarget would overwrite its input; choose another -o path")
+    report = write_gguf(out, arch, kvs, tensors, force=force, progress=progress)
+    return RetargetResult(from_fmt.name, to_fmt.name, arch, renamed, report)
+
+
+def _attach_tokenizer(meta, target_gguf, target_dir, src) -> None:
+    """Give a tokenizer-less drafter (e.g. a Lucebox file) the target's vocab, after checking
+    that the target fits: same vocab size, hidden size = tap width / taps."""
+    target = load_target(target_gguf, target_dir)
+    if meta.vocab_size is not None and meta.vocab_size != target.vocab_size:
+        raise TargetError(f"{src}: drafter vocab {meta.vocab_size} != target vocab {target.vocab_size} "
+                          f"({target.source}); is this the drafter's target?")
+    width = len(meta.taps) * target.hidden_size
+    if meta.n_target_features != width:
+        raise TargetError(f"{src}: fc input width {meta.n_target_features} != {len(meta.taps)} taps × target hidden "
+                          f"{target.hidden_size} ({target.source}); is this the drafter's target?")
+    meta.tokenizer = [kv for kv in target.kvs if kv.key != "tokenizer.ggml.mask_token_id"]
+    meta.vocab_size = target.vocab_size

@@ -1,0 +1,314 @@
+"""The GGUF header's records, parsed with every length and count checked before it is trusted.
+
+``_Cursor`` reads the header sequentially in growing chunks, bounds-checked against the file
+size; ``_Parser`` turns the bytes into KV pairs and tensor infos, each failure its own
+``GGUFHeaderError`` naming the byte offset. ``gguf_header.read_header`` drives them.
+"""
+from __future__ import annotations
+
+import struct
+from array import array
+from itertools import repeat
+from typing import Any, BinaryIO
+
+import numpy as np
+from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFValueType
+
+from .header_errors import InvalidKVError, InvalidTensorInfoError, LimitError, TruncatedError
+from .string_array import StringArray
+from .types import KV
+
+MAGIC = b"GGUF"
+SUPPORTED_VERSIONS = (2, 3)
+DEFAULT_ALIGNMENT = 32
+GGML_MAX_DIMS = 4
+
+# Caps far above any real model (Qwen3.5's 248k-token vocab, ~1.5k tensors in a 400B MoE)
+# but low enough that a corrupt count fails fast instead of looping or allocating.
+MAX_TENSORS = 1 << 20
+MAX_KV = 1 << 20
+MAX_STRING_BYTES = 64 << 20   # chat templates are ~10 KB; llama.cpp allows 1 GiB
+MAX_NAME_BYTES = 1 << 16      # keys and tensor names (llama.cpp limits tensor names to 63)
+MAX_ARRAY_ITEMS = 1 << 24
+MAX_ARRAY_DEPTH = 4           # llama.cpp refuses nested arrays; gguf-py can write them
+_FIRST_READ = 256 << 10
+
+_U8, _U16, _U32, _U64, _I64 = (struct.Struct(f) for f in ("<B", "<H", "<I", "<Q", "<q"))
+# Scalar value types -> struct format; numpy dtype for arrays of them.
+_SCALAR = {
+    GGUFValueType.UINT8: ("<B", "<u1"), GGUFValueType.INT8: ("<b", "<i1"),
+    GGUFValueType.UINT16: ("<H", "<u2"), GGUFValueType.INT16: ("<h", "<i2"),
+    GGUFValueType.UINT32: ("<I", "<u4"), GGUFValueType.INT32: ("<i", "<i4"),
+    GGUFValueType.FLOAT32: ("<f", "<f4"), GGUFValueType.BOOL: ("<B", "<u1"),
+    GGUFValueType.UINT64: ("<Q", "<u8"), GGUFValueType.INT64: ("<q", "<i8"),
+    GGUFValueType.FLOAT64: ("<d", "<f8"),
+}
+_SCALAR_STRUCT = {t: struct.Struct(f) for t, (f, _) in _SCALAR.items()}
+_TRUNC_HINT = "truncated download? re-fetch and compare sizes"
+
+
+def show(name: str, limit: int = 80) -> str:
+    """A key or tensor name as it may appear in a one-line message: control characters
+    escaped (a corrupt length can make a "name" swallow half the header) and shortened."""
+    s = "".join(c if c.isprintable() else repr(c)[1:-1] for c in name)
+    return s if len(s) <= limit else s[: limit - 1] + "…"
+
+
+class _Cursor:
+    """Sequential reads from the start of a file, bounds-checked against its size.
+
+    Bytes are read in growing chunks into one buffer, so parsing a big vocabulary costs a
+    handful of read() calls, and nothing past the header is ever read.
+    """
+
+    def __init__(self, f: BinaryIO, size: int, name: str) -> None:
+        self.f, self.size, self.name = f, size, name
+        self.buf = bytearray()
+        self.pos = 0
+
+    def truncated(self, what: str, end: int) -> TruncatedError:
+        return TruncatedError(
+            f"{self.name}: {what} needs bytes up to {end:,} but the file ends at {self.size:,} "
+            f"({_TRUNC_HINT})", offset=self.size)
+
+    def fill(self, end: int) -> None:
+        # Caller has checked end <= size; grow the buffer geometrically.
+        have = len(self.buf)
+        want = min(self.size, max(end, 2 * have, _FIRST_READ))
+        chunk = self.f.read(want - have)
+        self.buf += chunk
+        if len(self.buf) < end:  # the file shrank while we read it
+            raise self.truncated("the header", end)
+
+    def take(self, n: int, what: str) -> int:
+        start, end = self.pos, self.pos + n
+        if end > self.size:
+            raise self.truncated(what, end)
+        if end > len(self.buf):
+            self.fill(end)
+        self.pos = end
+        return start
+
+    def unpack(self, s: struct.Struct, what: str) -> Any:
+        return s.unpack_from(self.buf, self.take(s.size, what))[0]
+
+    def text(self, n: int, where: str, non_utf8: list[str]) -> str:
+        start = self.take(n, where)
+        raw = bytes(self.buf[start:start + n])
+        try:
+            return raw.decode("utf-8")
+        except UnicodeDecodeError:
+            non_utf8.append(f"{where} at byte {start:,}")
+            return raw.decode("utf-8", errors="replace")
+
+
+def _value_type(raw: int, where: str, name: str, offset: int) -> GGUFValueType:
+    try:
+        return GGUFValueType(raw)
+    except ValueError:
+        raise InvalidKVError(
+            f"{name}: {where} has value type {raw}, not one of the 13 GGUF types 0-12, at byte "
+            f"{offset:,} (corrupt metadata; re-download or re-convert)", offset=offset) from None
+
+
+class _Parser:
+    def __init__(self, cur: _Cursor) -> None:
+        self.c = cur
+        self.name = cur.name
+        self.non_utf8: list[str] = []
+
+    def string(self, what: str, cap: int) -> str:
+        c = self.c
+        at = c.pos
+        n = c.unpack(_U64, f"the length of {what}")
+        if n > cap:
+            raise LimitError(
+                f"{self.name}: {what} claims {n:,} bytes at byte {at:,}, more than the "
+                f"{cap:,}-byte limit (corrupt length field; re-download the file)", offset=at)
+        return c.text(n, what, self.non_utf8)
+
+    def value(self, vtype: GGUFValueType, what: str, depth: int) -> tuple[Any, GGUFValueType | None]:
+        c = self.c
+        if vtype in _SCALAR_STRUCT:
+            v = c.unpack(_SCALAR_STRUCT[vtype], what)
+            return (v != 0 if vtype == GGUFValueType.BOOL else v), None
+        if vtype == GGUFValueType.STRING:
+            return self.string(what, MAX_STRING_BYTES), None
+        # ARRAY: u32 item type, u64 count, items
+        at = c.pos
+        item = _value_type(c.unpack(_U32, f"the item type of {what}"), f"the item type of {what}", self.name, at)
+        count_at = c.pos
+        n = c.unpack(_U64, f"the item count of {what}")
+        if n > MAX_ARRAY_ITEMS:
+            raise LimitError(
+                f"{self.name}: {what} claims {n:,} items at byte {count_at:,}, more than the "
+                f"{MAX_ARRAY_ITEMS:,}-item limit (corrupt count; re-download the file)", offset=count_at)
+        if item in _SCALAR:
+            fmt, dtype = _SCALAR[item]
+            nb = n * struct.calcsize(fmt)
+            start = c.take(nb, f"the {n:,} {item.name} items of {what}")
+            # Copy out first: a numpy view would pin the growable buffer (BufferError on resize).
+            arr = np.frombuffer(bytes(c.buf[start:start + nb]), dtype=dtype)
+            if item == GGUFValueType.BOOL:
+                arr = arr != 0
+            return tuple(arr.tolist()), item
+        if item == GGUFValueType.STRING:
+            return self.string_array(n, what), item
+        if depth + 1 >= MAX_ARRAY_DEPTH:
+            raise LimitError(
+                f"{self.name}: {what} nests arrays deeper than {MAX_ARRAY_DEPTH} levels at byte "
+                f"{at:,} (corrupt metadata; no real GGUF nests arrays)", offset=at)
+        # Each nested array takes at least 12 bytes, so a huge count hits the file end fast.
+        return tuple(self.value(GGUFValueType.ARRAY, f"item {i} of {what}", depth + 1)[0]
+                     for i in range(n)), item
+
+    def string_array(self, n: int, what: str) -> StringArray:
+        c = self.c
+        first = c.pos
+        # Every item has an 8-byte length prefix: check the lower bound before the walk.
+        if first + 8 * n > c.size:
+            raise c.truncated(f"the {n:,} strings of {what}", first + 8 * n)
+        starts: list[int] = []
+        push, unpack, pos = starts.append, _U64.unpack_from, first
+        while len(starts) < n:
+            # Fast path over the bytes already buffered (a vocabulary is ~300k items): no
+            # per-item checks; running off the buffer shows up as struct.error or pos > have.
+            buf, have = c.buf, len(c.buf)
+            try:
+                for _ in repeat(None, n - len(starts)):
+                    ln = unpack(buf, pos)[0]
+                    pos += 8
+                    push(pos)
+                    pos += ln
+            except (struct.error, OverflowError):  # ran off the buffer
+                pass
+            if len(starts) == n and pos <= have:
+                break
+            # Slow path for the one item that crossed the buffer end: re-read it with checks.
+            if starts and starts[-1] + unpack(buf, starts[-1] - 8)[0] > have:
+                pos = starts.pop() - 8
+            i = len(starts)
+            if pos + 8 > c.size:
+                raise c.truncated(f"the length of item {i:,} of {what}", pos + 8)
+            if pos + 8 > len(c.buf):
+                c.fill(pos + 8)
+            ln = unpack(c.buf, pos)[0]
+            self._check_item_len(ln, i, what, pos)
+            if pos + 8 + ln > c.size:
+                raise c.truncated(f"item {i:,} of {what}", pos + 8 + ln)
+            if pos + 8 + ln + 8 > len(c.buf):
+                c.fill(min(c.size, pos + 8 + ln + 8))
+            pos += 8
+            push(pos)
+            pos += ln
+        lengths = np.diff(np.array(starts + [pos + 8], dtype=np.int64)) - 8
+        if len(lengths) and int(lengths.max()) > MAX_STRING_BYTES:
+            i = int(lengths.argmax())
+            self._check_item_len(int(lengths[i]), i, what, starts[i] - 8)
+        c.pos = pos
+        rel = array("q", (np.asarray(starts, dtype=np.int64) - first).tobytes())
+        return StringArray(bytes(c.buf[first:pos]), rel)
+
+    def _check_item_len(self, ln: int, i: int, what: str, at: int) -> None:
+        if ln > MAX_STRING_BYTES:
+            raise LimitError(
+                f"{self.name}: item {i:,} of {what} claims {ln:,} bytes at byte {at:,}, more than "
+                f"the {MAX_STRING_BYTES:,}-byte limit (corrupt length field; re-download the file)",
+                offset=at)
+
+    def kv_pairs(self, n_kv: int) -> tuple[dict[str, KV], list[str]]:
+        c, kv, order = self.c, {}, []
+        for i in range(n_kv):
+            at = c.pos
+            key = self.string(f"key #{i}", MAX_NAME_BYTES)
+            if not key:
+                raise InvalidKVError(
+                    f"{self.name}: key #{i} at byte {at:,} is empty (corrupt metadata; "
+                    f"re-download or re-convert)", offset=at)
+            shown = show(key)
+            if key in kv:
+                raise InvalidKVError(
+                    f"{self.name}: key '{shown}' appears twice (at bytes {kv[key].offset:,} and "
+                    f"{at:,}); loaders refuse duplicate keys (re-convert the file)", offset=at)
+            t_at = c.pos
+            vtype = _value_type(c.unpack(_U32, f"the type of key '{shown}'"), f"key '{shown}'", self.name, t_at)
+            value, item = self.value(vtype, f"the value of key '{shown}'", 0)
+            kv[key] = KV(key, value, vtype, item, at)
+            order.append(key)
+        return kv, order
+
+    def alignment(self, kv: dict[str, KV]) -> int:
+        f = kv.get("general.alignment")
+        if f is None:
+            return DEFAULT_ALIGNMENT
+        if f.type != GGUFValueType.UINT32:
+            raise InvalidKVError(
+                f"{self.name}: key 'general.alignment' at byte {f.offset:,} is {f.type.name}, "
+                f"but loaders require UINT32 (re-convert the file)", offset=f.offset)
+        a = f.value
+        if a == 0 or a & (a - 1):
+            raise InvalidKVError(
+                f"{self.name}: general.alignment = {a} at byte {f.offset:,} is not a power of two "
+                f"(corrupt metadata; re-convert the file)", offset=f.offset)
+        return a
+
+    def tensor_infos(self, n: int, alignment: int) -> list[tuple[str, tuple[int, ...], GGMLQuantizationType, int, int, int]]:
+        c, out, seen = self.c, [], {}
+        for i in range(n):
+            at = c.pos
+            name = self.string(f"the name of tensor #{i}", MAX_NAME_BYTES)
+            if name in seen:
+                raise InvalidTensorInfoError(
+                    f"{self.name}: tensor name '{show(name)}' appears twice (tensors #{seen[name]} and "
+                    f"#{i}, at byte {at:,}); loaders refuse duplicates (re-convert the file)", offset=at)
+            seen[name] = i
+            label = f"tensor {show(name)}"
+            d_at = c.pos
+            n_dims = c.unpack(_U32, f"the dimension count of {label}")
+            if n_dims > GGML_MAX_DIMS:
+                raise InvalidTensorInfoError(
+                    f"{self.name}: {label} has {n_dims:,} dimensions at byte {d_at:,}; ggml allows "
+                    f"at most {GGML_MAX_DIMS} (corrupt tensor info; re-download the file)", offset=d_at)
+            ne = []
+            for j in range(n_dims):
+                e_at = c.pos
+                d = c.unpack(_I64, f"dimension {j} of {label}")
+                if d < 0:
+                    raise InvalidTensorInfoError(
+                        f"{self.name}: {label} dimension {j} is {d} at byte {e_at:,} (a negative "
+                        f"or >= 2^63 size: corrupt tensor info; re-download the file)", offset=e_at)
+                ne.append(d)
+            ne = tuple(ne)
+            n_el = 1
+            for d in ne:
+                n_el *= d
+            if n_el >= 1 << 63:
+                raise InvalidTensorInfoError(
+                    f"{self.name}: {label} shape {list(ne)} has {n_el:,} elements, more than "
+                    f"ggml's int64 can count (corrupt tensor info; re-download the file)", offset=d_at)
+            t_at = c.pos
+            raw_type = c.unpack(_U32, f"the type of {label}")
+            try:
+                qtype = GGMLQuantizationType(raw_type)
+                block, type_size = GGML_QUANT_SIZES[qtype]
+            except (ValueError, KeyError):
+                raise InvalidTensorInfoError(
+                    f"{self.name}: {label} has ggml type id {raw_type} at byte {t_at:,}, which the "
+                    f"gguf package does not know (corrupt, or written by a newer llama.cpp: "
+                    f"upgrade gguf)", offset=t_at) from None
+            ne0 = ne[0] if ne else 1
+            if ne0 % block:
+                raise InvalidTensorInfoError(
+                    f"{self.name}: {label} is {qtype.name} with rows of {ne0:,} elements, not a "
+                    f"multiple of its block size {block} (corrupt tensor info, or a broken "
+                    f"quantizer; re-convert)", offset=t_at)
+            nbytes = n_el // block * type_size
+            o_at = c.pos
+            offset = c.unpack(_U64, f"the data offset of {label}")
+            if offset % alignment:
+                raise InvalidTensorInfoError(
+                    f"{self.name}: {label} data offset {offset:,} (at byte {o_at:,}) is not a "
+                    f"multiple of the alignment {alignment} (corrupt tensor info; re-download "
+                    f"the file)", offset=o_at)
+            out.append((name, ne, qtype, offset, nbytes, at))
+        return out

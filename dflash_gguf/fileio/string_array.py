@@ -1,0 +1,89 @@
+"""A GGUF string array (a tokenizer vocabulary) as the header parser returns it."""
+from __future__ import annotations
+
+import struct
+from array import array
+from bisect import bisect_left
+from typing import Iterator, Sequence
+
+_LEN = struct.Struct("<Q")  # the u64 length before each item
+
+
+class StringArray(Sequence[str]):
+    """A GGUF string array kept as raw bytes and decoded on access.
+
+    Walking a 150k-token vocabulary is needed for bounds checks, but decoding every token
+    is not: the raw bytes plus the start of each item make ``index()`` a C-speed search.
+    """
+
+    __slots__ = ("_raw", "_starts")
+
+    def __init__(self, raw: bytes, starts: array) -> None:
+        self._raw = raw        # the items, each still prefixed by its u64 length
+        self._starts = starts  # byte offset of each item's text inside ``raw``
+
+    def __len__(self) -> int:
+        return len(self._starts)
+
+    def item_bytes(self, i: int) -> bytes:
+        """Item ``i`` exactly as stored (tokens need not be valid UTF-8)."""
+        s = self._starts[i]
+        n = _LEN.unpack_from(self._raw, s - 8)[0]
+        return self._raw[s:s + n]
+
+    def raw_items(self) -> list[bytes]:
+        """Every item exactly as stored."""
+        return [self.item_bytes(i) for i in range(len(self))]
+
+    def _item(self, i: int) -> str:
+        return self.item_bytes(i).decode("utf-8", errors="replace")
+
+    def __getitem__(self, i):  # type: ignore[override]
+        if isinstance(i, slice):
+            return [self._item(j) for j in range(*i.indices(len(self)))]
+        if i < 0:
+            i += len(self)
+        if not 0 <= i < len(self):
+            raise IndexError(i)
+        return self._item(i)
+
+    def __iter__(self) -> Iterator[str]:
+        return (self._item(i) for i in range(len(self)))
+
+    def index(self, value: str, start: int = 0, stop: int | None = None) -> int:  # type: ignore[override]
+        needle = _LEN.pack(len(value.encode())) + value.encode()
+        pos = self._raw.find(needle)
+        while pos >= 0:
+            j = bisect_left(self._starts, pos + 8)
+            if j < len(self._starts) and self._starts[j] == pos + 8 and start <= j and (stop is None or j < stop):
+                return j
+            pos = self._raw.find(needle, pos + 1)
+        raise ValueError(f"{value!r} is not in the array")
+
+    def __contains__(self, value: object) -> bool:
+        if not isinstance(value, str):
+            return False
+        try:
+            self.index(value)
+        except ValueError:
+            return False
+        return True
+
+    def same_as(self, other: "StringArray") -> bool:
+        """Byte-identical arrays (two well-formed arrays with equal raw bytes are equal)."""
+        return len(self) == len(other) and self._raw == other._raw
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, StringArray):
+            return self.same_as(other)
+        if isinstance(other, (list, tuple)):
+            return len(other) == len(self) and all(a == b for a, b in zip(self, other))
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def tolist(self) -> list[str]:
+        return list(self)
+
+    def __repr__(self) -> str:
+        return f"StringArray({len(self)} items)"

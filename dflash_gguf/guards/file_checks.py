@@ -1,0 +1,149 @@
+"""Integrity checks that apply to any GGUF, drafter or not: what llama.cpp's loader would
+refuse or misread even though the header parsed.
+
+File checks see one physical file (offsets are per shard); model checks see the logical
+model (shard 1's keys with every shard's tensors).
+"""
+from __future__ import annotations
+
+import re
+from typing import Iterator
+
+from gguf import GGUFValueType as T
+
+from ..fileio.gguf_header import GGUFHeader, show
+from ..fileio.string_array import StringArray
+from .findings import Finding, Severity, file_check, finding, model_check, typename
+
+
+# --- file checks ---------------------------------------------------------------------------
+
+@file_check
+def check_layout(h: GGUFHeader) -> Iterator[Finding]:
+    # llama.cpp's gguf loader requires tensor i at offset sum(pad(nbytes_j)) for j < i:
+    # stored back to back in header order. gguf-py always writes that; a hand-edited or
+    # spliced file may not, and then fails with "tensor has offset X, expected Y".
+    expected = 0
+    for t in h.tensors:
+        rel = t.offset_abs - h.data_offset
+        if rel != expected:
+            yield finding(h, Severity.ERROR, "layout-not-contiguous",
+                          f"tensor {show(t.name)} is at data offset {rel:,}, llama.cpp expects {expected:,} (tensors "
+                          f"must be stored back to back in header order): re-convert the file", f"tensor {show(t.name)}")
+            return
+        expected += t.nbytes + (-t.nbytes % h.alignment)
+
+
+@file_check
+def check_trailing(h: GGUFHeader) -> Iterator[Finding]:
+    end = h.data_end + (-h.data_end % h.alignment) if h.tensors else h.header_end + (-h.header_end % h.alignment)
+    if h.file_size > end:
+        yield finding(h, Severity.WARNING, "trailing-bytes",
+                      f"{h.file_size - end:,} bytes after the last tensor (file ends at {h.file_size:,}, data at "
+                      f"{end:,}): two files concatenated, or an overwritten larger file? re-download",
+                      f"byte {end:,}")
+
+
+@file_check
+def check_names(h: GGUFHeader) -> Iterator[Finding]:
+    for t in h.tensors:
+        if len(t.name.encode()) >= 64:  # GGML_MAX_NAME
+            yield finding(h, Severity.ERROR, "tensor-name-too-long",
+                          f"tensor name is {len(t.name.encode())} bytes; llama.cpp allows at most 63", f"tensor {show(t.name)}")
+        if t.n_elements == 0:
+            yield finding(h, Severity.WARNING, "empty-tensor", f"tensor {show(t.name)} has shape {list(t.shape_ne)} (no elements)",
+                          f"tensor {show(t.name)}")
+    for where in h.non_utf8:
+        yield finding(h, Severity.WARNING, "non-utf8", f"{where} is not valid UTF-8 (shown with U+FFFD)", where)
+    for f in h.kv.values():
+        if f.type == T.ARRAY and f.sub_type == T.ARRAY:
+            yield finding(h, Severity.ERROR, "nested-array",
+                          f"key {show(f.key)} is an array of arrays; llama.cpp's loader refuses nested arrays",
+                          f"key {show(f.key)}")
+
+
+# --- model checks --------------------------------------------------------------------------
+
+_ID_KEYS = tuple(f"tokenizer.ggml.{k}_token_id" for k in
+                 ("bos", "eos", "eot", "eom", "unknown", "padding", "seperator", "cls", "mask"))
+# Keys whose type llama.cpp's loader checks strictly ("key has wrong type"); {a} = arch.
+KEY_TYPES: dict[str, tuple[tuple[T, T | None], ...]] = {
+    **{k: ((T.STRING, None),) for k in ("general.architecture", "general.name", "general.basename",
+                                        "general.finetune", "general.size_label", "tokenizer.ggml.model",
+                                        "tokenizer.ggml.pre", "tokenizer.chat_template")},
+    "general.file_type": ((T.UINT32, None),),
+    "general.quantization_version": ((T.UINT32, None),),
+    "tokenizer.ggml.tokens": ((T.ARRAY, T.STRING),),
+    "tokenizer.ggml.merges": ((T.ARRAY, T.STRING),),
+    "tokenizer.ggml.token_type": ((T.ARRAY, T.INT32),),
+    "tokenizer.ggml.scores": ((T.ARRAY, T.FLOAT32),),
+    **{k: ((T.UINT32, None),) for k in _ID_KEYS},
+    "{a}.block_count": ((T.UINT32, None),),
+    "{a}.context_length": ((T.UINT32, None),),
+    "{a}.embedding_length": ((T.UINT32, None),),
+    # per-layer arrays are legal for these (OpenELM, Gemma 3n, hybrid models)
+    "{a}.feed_forward_length": ((T.UINT32, None), (T.ARRAY, T.UINT32), (T.ARRAY, T.INT32)),
+    "{a}.attention.head_count": ((T.UINT32, None), (T.ARRAY, T.UINT32), (T.ARRAY, T.INT32)),
+    "{a}.attention.head_count_kv": ((T.UINT32, None), (T.ARRAY, T.UINT32), (T.ARRAY, T.INT32)),
+    "{a}.attention.layer_norm_rms_epsilon": ((T.FLOAT32, None),),
+    "{a}.rope.freq_base": ((T.FLOAT32, None),),
+}
+
+
+@model_check
+def check_keys(h: GGUFHeader) -> Iterator[Finding]:
+    arch = h.get("general.architecture")
+    if not isinstance(arch, str) or not arch:
+        yield finding(h, Severity.ERROR, "arch-missing",
+                      "general.architecture is missing or not a string; no loader can pick a model class",
+                      "key general.architecture")
+        arch = None
+    for pattern, allowed in KEY_TYPES.items():
+        if "{a}" in pattern and arch is None:
+            continue
+        key = pattern.format(a=arch)
+        f = h.kv.get(key)
+        if f is not None and (f.type, f.sub_type) not in allowed:
+            want = " or ".join(typename(*a) for a in allowed)
+            yield finding(h, Severity.ERROR, "key-type",
+                          f"{show(key)} is {typename(f.type, f.sub_type)}, loaders require {want}: re-convert",
+                          f"key {show(key)}")
+
+
+@model_check
+def check_tokenizer(h: GGUFHeader) -> Iterator[Finding]:
+    tokens = h.get("tokenizer.ggml.tokens")
+    if not isinstance(tokens, StringArray):
+        return
+    n = len(tokens)
+    for key in ("tokenizer.ggml.token_type", "tokenizer.ggml.scores"):
+        v = h.get(key)
+        if isinstance(v, tuple) and len(v) != n:
+            yield finding(h, Severity.ERROR, "tokenizer-length",
+                          f"{key} has {len(v):,} entries for {n:,} tokens: the vocabulary is inconsistent "
+                          f"(re-convert)", f"key {key}")
+    for key in _ID_KEYS:
+        v = h.get(key)
+        if isinstance(v, int) and not isinstance(v, bool) and not 0 <= v < n:
+            yield finding(h, Severity.WARNING, "token-id-range",
+                          f"{key} = {v:,} is outside the {n:,}-token vocabulary (llama.cpp ignores it)", f"key {key}")
+
+
+_BLK = re.compile(r"^blk\.(\d+)\.")
+
+
+@model_check
+def check_tensors(h: GGUFHeader) -> Iterator[Finding]:
+    if not h.tensors:
+        yield finding(h, Severity.WARNING, "no-tensors",
+                      "the file has no tensors: a vocab-only file, or a conversion that found no weights "
+                      "(wrong model path?)")
+        return
+    n = h.get(f"{h.arch}.block_count") if h.arch else None
+    if isinstance(n, int) and not isinstance(n, bool):
+        over = sorted({int(m[1]) for t in h.tensors if (m := _BLK.match(t.name)) and int(m[1]) >= n})
+        if over:
+            yield finding(h, Severity.WARNING, "block-index",
+                          f"tensors for block {over[0]}{'+' if len(over) > 1 else ''} but {show(h.arch)}.block_count = "
+                          f"{n} (llama.cpp reports 'wrong number of tensors' unless the arch expects extra blocks)",
+                          f"key {show(h.arch)}.block_count")

@@ -1,0 +1,105 @@
+"""``check --target``: does the drafter fit the target it will run with (roles, vocabulary,
+fc width, tap layers, RoPE)? Every finding here has category ``pairing`` (exit 13).
+"""
+from __future__ import annotations
+
+import re
+from typing import Iterator
+
+from ..config import build_target_layer_ids
+from ..fileio.gguf_header import GGUFHeader, show
+from ..fileio.string_array import StringArray
+from .drafter_checks import drafter_format
+from .findings import Finding, Severity, as_int, finding, pair_check
+from .instruct import Verdict, classify
+
+DRAFTER_ARCH_RE = re.compile(r"^(dflash|dflash-draft|.+-dflash-draft|eagle3?)$")
+
+
+@pair_check
+def pair_roles(d: GGUFHeader, t: GGUFHeader) -> Iterator[Finding]:
+    if not (d.arch and DRAFTER_ARCH_RE.match(d.arch)):
+        yield finding(d, Severity.WARNING, "pair-not-drafter",
+                      f"general.architecture = {show(d.arch or '')!r} is not a DFlash drafter; --target expects FILE to be the drafter",
+                      "key general.architecture", "pairing")
+    if t.arch and DRAFTER_ARCH_RE.match(t.arch):
+        yield finding(t, Severity.ERROR, "pair-target-is-drafter",
+                      f"the target is itself a drafter (arch {show(t.arch)!r}); pass the model the drafter was trained for",
+                      "key general.architecture", "pairing")
+    v = classify(t)
+    if v.verdict == Verdict.BASE:
+        yield finding(t, Severity.ERROR, "pair-target-base",
+                      f"the target looks like a base model ({v.reason}); DFlash drafters are trained on the instruct "
+                      f"model and acceptance collapses on its base: use the -Instruct / -it release",
+                      "", "pairing")
+    elif v.verdict == Verdict.UNKNOWN:
+        yield finding(t, Severity.WARNING, "pair-target-unknown",
+                      f"cannot tell whether the target is instruct ({v.reason}); run check-instruct on it",
+                      "", "pairing")
+
+
+@pair_check
+def pair_vocab(d: GGUFHeader, t: GGUFHeader) -> Iterator[Finding]:
+    dt, tt = d.get("tokenizer.ggml.tokens"), t.get("tokenizer.ggml.tokens")
+    if not isinstance(tt, StringArray):
+        yield finding(t, Severity.WARNING, "pair-target-no-vocab", "the target has no vocabulary to compare with",
+                      "key tokenizer.ggml.tokens", "pairing")
+        return
+    if isinstance(dt, StringArray) and not dt.same_as(tt):
+        if len(dt) != len(tt):
+            detail = f"{len(dt):,} tokens vs {len(tt):,} in the target"
+        else:
+            i = next(i for i in range(len(dt)) if dt[i] != tt[i])
+            detail = f"first difference at token {i:,}: {dt[i]!r} vs {tt[i]!r}"
+        yield finding(d, Severity.ERROR, "pair-vocab-mismatch",
+                      f"the drafter's vocabulary differs from the target's ({detail}): re-convert the drafter with "
+                      f"this target's tokenizer", "key tokenizer.ggml.tokens", "pairing")
+    for key in [k for k in d.kv_order if k.endswith("mask_token_id") and k.isprintable()]:
+        v = d.get(key)
+        if isinstance(v, int) and not isinstance(v, bool) and not 0 <= v < len(tt):
+            yield finding(d, Severity.ERROR, "pair-mask-token",
+                          f"{key} = {v:,} is not a token of the target ({len(tt):,} tokens): the drafter was made "
+                          f"for another model family", f"key {key}", "pairing")
+
+
+@pair_check
+def pair_drafter(d: GGUFHeader, t: GGUFHeader) -> Iterator[Finding]:
+    got = drafter_format(d)
+    if got is None or got[1] is None:
+        return
+    fmt, meta, _ = got
+    ta = t.arch or ""
+    depth, hidden = as_int(t.get(f"{ta}.block_count")), as_int(t.get(f"{ta}.embedding_length"))
+    fc = d.tensors_by_name.get(fmt.fc_name)
+    taps = list(meta.taps)
+    stored = [i + fmt.tap_offset for i in taps]
+    p = lambda sev, code, msg, where="": finding(d, sev, code, msg, where, "pairing")  # noqa: E731
+    if fc is not None and len(fc.shape_ne) == 2 and hidden and taps and fc.shape_ne[0] != len(taps) * hidden:
+        yield p(Severity.ERROR, "pair-fc-width",
+                f"{fmt.fc_name} takes {fc.shape_ne[0]:,} features = {len(taps)} taps x "
+                f"{fc.shape_ne[0] / len(taps):g}, but the target's hidden size is {hidden:,}: a drafter for "
+                f"another target size", f"tensor {fmt.fc_name}")
+    if depth and taps:
+        if max(taps) > depth - 1:
+            yield p(Severity.ERROR, "pair-taps-depth",
+                    f"target layers {stored} (stored; z-lab ids {taps}) reach past the target's {depth} layers",
+                    "")
+        else:
+            ref = list(build_target_layer_ids(depth, len(taps)))
+            for shift in (1, -1):
+                if taps == [i + shift for i in ref]:
+                    yield p(Severity.WARNING, "pair-taps-offset",
+                            f"target layers {stored} are z-lab's standard taps {ref} for a {depth}-layer target "
+                            f"shifted by {shift:+d}: a {fmt.name} file stores them "
+                            f"{'unchanged' if not fmt.tap_offset else '+1'}; converted for another runtime's "
+                            f"convention? (silent low acceptance)", "")
+    vs = as_int(d.get(f"{d.arch}.vocab_size"))
+    tt = t.get("tokenizer.ggml.tokens")
+    if vs is not None and isinstance(tt, StringArray) and vs != len(tt):
+        yield p(Severity.ERROR, "pair-vocab-size",
+                f"{show(d.arch or '')}.vocab_size = {vs:,} but the target has {len(tt):,} tokens", "")
+    dr, tr = d.get(f"{d.arch}.rope.freq_base"), t.get(f"{ta}.rope.freq_base")
+    if isinstance(dr, float) and isinstance(tr, float) and dr != tr:
+        yield p(Severity.WARNING, "pair-rope-theta",
+                f"drafter RoPE base {dr:g} differs from the target's {tr:g}: z-lab drafters use their target's "
+                f"(a converter that read only top-level rope_theta? check the drafter's config.json)", "")

@@ -1,0 +1,74 @@
+"""Optional compiled kernels (numba) for Q8_0, Q4_K, Q5_K and Q6_K: the numpy path's bytes, faster.
+
+Used automatically when numba is importable; ``DFLASH_GGUF_NUMBA=0`` (or :func:`set_enabled`)
+forces the numpy path. Each kernel maps ``(n_blocks, block_size)`` C-contiguous float32 to
+``(n_blocks, type_size)`` uint8 and mirrors ggml-quants.c's ``quantize_row_*_ref`` operation by
+operation. :mod:`.common` holds what makes them bit-exact; one module per type family holds the
+kernels, imported by :func:`kernel` on first use. ``BlockQuant`` (quants/base.py) picks between
+a kernel and the numpy path; this package itself is imported only on the first quantization,
+as importing numba costs ~0.3 s.
+"""
+from __future__ import annotations
+
+import importlib
+import os
+
+import numpy as np
+
+try:  # numba is optional (the ``fast`` extra)
+    import numba
+except ImportError:  # pragma: no cover - exercised where numba is absent
+    numba = None
+
+#: Whether numba is importable at all.
+AVAILABLE = numba is not None
+#: Set to 0 (or false/no/off) to force the numpy path.
+ENV_VAR = "DFLASH_GGUF_NUMBA"
+
+# Kernel name (BlockQuant.numba_kernel) -> the module defining it; Q5_K shares Q4_K's fit.
+_MODULES = {"q8_0": "q8_0", "q4_k": "q4_k", "q5_k": "q4_k", "q6_k": "q6_k"}
+
+
+def _wanted(value: str | None) -> bool:
+    return (value or "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+_enabled = AVAILABLE and _wanted(os.environ.get(ENV_VAR))
+
+
+def enabled() -> bool:
+    """Whether the quantizers use the numba kernels (else the numpy path)."""
+    return _enabled
+
+
+def set_enabled(flag: bool) -> bool:
+    """Switch between the numba kernels and the numpy path; returns the previous setting.
+
+    Raises:
+        RuntimeError: ``flag`` is true but numba is not installed.
+    """
+    global _enabled
+    if flag and not AVAILABLE:
+        raise RuntimeError("numba is not installed (pip install 'dflash-gguf[fast]')")
+    prev, _enabled = _enabled, bool(flag)
+    return prev
+
+
+def kernel(name: str):
+    """The compiled kernel ``name`` (``"q8_0"``, ``"q4_k"``, ``"q5_k"``, ``"q6_k"``), importing
+    its module on first use.
+
+    Raises:
+        KeyError: no kernel of that name.
+        ImportError: numba is not installed.
+    """
+    return getattr(importlib.import_module(f"{__name__}.{_MODULES[name]}"), name)
+
+
+def run(kernel, blocks: np.ndarray) -> np.ndarray:
+    """``kernel(blocks)`` on C-contiguous, writable float32: numba compiles one specialisation
+    per array type, so a read-only chunk (a memmap's) is copied rather than compiled for."""
+    b = np.ascontiguousarray(blocks, dtype=np.float32)
+    if not b.flags.writeable:
+        b = b.copy()
+    return kernel(b)

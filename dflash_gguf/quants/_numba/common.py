@@ -1,0 +1,144 @@
+"""What every kernel shares: compile options, float32 constants, ggml's bit tricks, the lanes.
+
+Bit-exactness (shared/reference/quantization.md §2, §9): every kernel is compiled with
+``fastmath=False``, so LLVM gets no ``contract``/``reassoc``/``arcp`` flags: no fused
+multiply-add, no reordered sums, no division turned into a reciprocal multiply, although the
+code is compiled for the host CPU. Every float is float32: numba types ``float32 op int`` and
+Python float literals as float64, so integers are converted with ``F32(...)`` where C converts
+them and constants are module-level ``np.float32`` globals (tests/quants/test_quants.py checks
+the generated IR has no double and no FMA). ``error_model="numpy"`` makes a float division by
+zero give inf/NaN as in C instead of raising. ``nearest_int`` and the fp16 conversions are
+ggml's own bit tricks, on a float32 <-> int32 bitcast intrinsic.
+
+numba's cache keys a kernel on its own source file only: after editing this module, touch the
+kernel modules (or delete their ``__pycache__/*.nb[ci]``) so they are not loaded stale.
+
+Imported only through the kernel modules, i.e. only when numba is installed.
+"""
+from __future__ import annotations
+
+import numba
+import numpy as np
+from llvmlite import ir as _llvm_ir
+from numba.core import types as _nb_types
+from numba.extending import intrinsic as _intrinsic
+
+F32 = np.float32
+
+# nogil: the thread pool in base.quantize_array runs chunks on all cores. cache: compiled once
+# per machine into __pycache__ (a few seconds), then loaded (well under a second).
+JIT_OPTIONS = dict(nogil=True, cache=True, fastmath=False, error_model="numpy")
+jit = numba.njit(**JIT_OPTIONS)
+
+ZERO = F32(0.0)
+ONE = F32(1.0)
+F32_01 = F32(0.1)
+_MAGIC = F32(12582912.0)  # 1.5 * 2**23
+_SCALE_TO_INF = F32(2.0**112)
+_SCALE_TO_ZERO = F32(2.0**-110)
+_EXP_SCALE = F32(2.0**-112)
+_HALF = F32(0.5)
+
+
+@_intrinsic
+def f32_bits(typingctx, f):
+    """memcpy(&i, &f, 4): a float32's bits as int32. Typing fails for anything but float32,
+    so a float64 that slipped in is a compile error, not a silent rounding difference."""
+    if f != _nb_types.float32:
+        return None
+
+    def codegen(context, builder, sig, args):
+        return builder.bitcast(args[0], _llvm_ir.IntType(32))
+
+    return _nb_types.int32(_nb_types.float32), codegen
+
+
+@_intrinsic
+def bits_f32(typingctx, i):
+    """fp32_from_bits: int32 bits -> float32."""
+    if i != _nb_types.int32:
+        return None
+
+    def codegen(context, builder, sig, args):
+        return builder.bitcast(args[0], _llvm_ir.FloatType())
+
+    return _nb_types.float32(_nb_types.int32), codegen
+
+
+@jit
+def nearest_int(fval):
+    # ggml-quants.c nearest_int: float val = fval + 12582912.f; (bits & 0x7fffff) - 0x400000
+    return (np.int64(f32_bits(fval + _MAGIC)) & 0x7FFFFF) - 0x400000
+
+
+@jit
+def fp32_to_fp16(f):
+    # ggml_compute_fp32_to_fp16 (ggml-impl.h), uint32 arithmetic done in int64 masked to 32 bits
+    base = (abs(f) * _SCALE_TO_INF) * _SCALE_TO_ZERO
+    w = np.int64(f32_bits(f)) & 0xFFFFFFFF
+    shl1_w = (w + w) & 0xFFFFFFFF
+    sign = w & 0x80000000
+    bias = shl1_w & 0xFF000000
+    if bias < 0x71000000:
+        bias = 0x71000000
+    base = bits_f32(np.int32((bias >> 1) + 0x07800000)) + base
+    bits = np.int64(f32_bits(base)) & 0xFFFFFFFF
+    exp_bits = (bits >> 13) & 0x00007C00
+    mantissa_bits = bits & 0x00000FFF
+    nonsign = exp_bits + mantissa_bits
+    return (sign >> 16) | (0x7E00 if shl1_w > 0xFF000000 else nonsign)
+
+
+@jit
+def fp16_to_fp32(h):
+    # ggml_compute_fp16_to_fp32 (ggml-impl.h)
+    w = (np.int64(h) << 16) & 0xFFFFFFFF
+    sign = w & 0x80000000
+    two_w = (w + w) & 0xFFFFFFFF
+    exp_offset = 0xE0 << 23
+    normalized_value = bits_f32(np.int32((two_w >> 4) + exp_offset)) * _EXP_SCALE
+    magic_mask = 126 << 23
+    denormalized_value = bits_f32(np.int32((two_w >> 17) | magic_mask)) - _HALF
+    denormalized_cutoff = 1 << 27
+    if two_w < denormalized_cutoff:
+        r = sign | (np.int64(f32_bits(denormalized_value)) & 0xFFFFFFFF)
+    else:
+        r = sign | (np.int64(f32_bits(normalized_value)) & 0xFFFFFFFF)
+    return bits_f32(np.int32(r))
+
+
+@jit
+def fp16_convert(a):
+    """fp32 array -> (fp16 bits as int64, the float32 they read back as); used by tests."""
+    bits = np.empty(a.size, np.int64)
+    back = np.empty(a.size, np.float32)
+    for i in range(a.size):
+        bits[i] = fp32_to_fp16(a[i])
+        back[i] = fp16_to_fp32(bits[i])
+    return bits, back
+
+
+# C fits one sub-block at a time; every sum in it is a chain of dependent float32 adds, so
+# a scalar port is latency-bound (about C's speed). Here LANES sub-blocks are fitted in
+# lockstep: arrays are position-major (x[i, s] = element i of sub-block s) and each C loop
+# `for i` becomes `for i: for s` -- the inner loop runs across independent sub-blocks, which
+# LLVM vectorises without reordering any sub-block's own sum. C's branches become per-lane
+# selects on values C computed the same way.
+LANES = 32
+
+
+@jit
+def to_lanes(blocks, b0, nsub, x):
+    """Sub-blocks of nsub values of blocks[b0:] into the columns of x (nsub, lanes),
+    position-major; lanes past the last block are zero (flat, ignored)."""
+    per = blocks.shape[1] // nsub
+    nb = blocks.shape[0]
+    for s in range(x.shape[1]):
+        b = b0 + s // per
+        j = s % per
+        if b < nb:
+            for i in range(nsub):
+                x[i, s] = blocks[b, nsub * j + i]
+        else:
+            for i in range(nsub):
+                x[i, s] = ZERO

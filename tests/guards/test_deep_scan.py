@@ -1,0 +1,68 @@
+"""`check --deep`: NaN/inf, all-zero tensors and bad quantization scales in the tensor data."""
+from __future__ import annotations
+
+import json
+import struct
+
+import gguf
+import numpy as np
+import pytest
+
+from dflash_gguf.fileio.gguf_header import read_header
+from dflash_gguf.guards.run import run_checks
+from tests.guards.conftest import Q, codes, write
+
+
+def _q8_with_bad_scale(block: int, value: int) -> np.ndarray:
+    raw = gguf.quantize(np.ones((4, 64), np.float32), Q.Q8_0)
+    flat = raw.reshape(-1, 34).copy()
+    flat[block, 0:2] = np.frombuffer(struct.pack("<H", value), np.uint8)
+    return flat.reshape(raw.shape)
+
+
+def test_deep_finds_nan_inf_zero_and_bad_scales(cli, tmp_path):
+    f32 = np.ones(64, np.float32)
+    f32[[3, 9]] = np.nan
+    f32[10] = np.inf
+    f16 = np.ones(64, np.float16)
+    f16[5] = np.inf
+    bf16 = np.zeros((2, 64), np.uint8)
+    bf16[0, 0:2] = np.frombuffer(struct.pack("<H", 0x7FC0), np.uint8)  # BF16 NaN
+    bf16[1, 2] = 1
+    q4k = np.zeros((1, 144), np.uint8)
+    q4k[0, 0] = 1
+    q4k[0, 2:4] = np.frombuffer(struct.pack("<H", 0x7E00), np.uint8)  # dmin = NaN
+    p = write(tmp_path / "m.gguf", [
+        ("f32", f32, None), ("f16", f16, None), ("bf16", bf16, Q.BF16), ("zero", np.zeros(32, np.float32), None),
+        ("q8", _q8_with_bad_scale(5, 0x7C00), Q.Q8_0), ("q4k", q4k, Q.Q4_K),
+        ("q8ok", gguf.quantize(np.ones((2, 32), np.float32), Q.Q8_0), Q.Q8_0),
+    ])
+    assert cli("check", p)[0] == 0  # header-only sees nothing wrong
+    rc, out, _ = cli("check", p, "--deep", "--json")
+    doc = json.loads(out)
+    assert rc == 12 and doc["deep"] and doc["summary"]["bytes_scanned"] == sum(t.nbytes for t in read_header(p).tensors)
+    msgs = {(f["code"], f["where"]): f["message"] for f in doc["findings"]}
+    assert msgs[("nan-inf", "tensor f32")].startswith("tensor f32 (F32) has 2 NaN and 1 inf values (first at element 3)")
+    assert "has 0 NaN and 1 inf values (first at element 5)" in msgs[("nan-inf", "tensor f16")]
+    assert "has 1 NaN and 0 inf values (first at element 0)" in msgs[("nan-inf", "tensor bf16")]
+    assert msgs[("bad-quant-scale", "tensor q8")].startswith("tensor q8 (Q8_0): 1 of 8 blocks have an inf/NaN scale (first at block 5)")
+    assert "1 of 1 blocks" in msgs[("bad-quant-scale", "tensor q4k")]
+    assert ("all-zero", "tensor zero") in msgs
+    assert not any(w == "tensor q8ok" for _, w in msgs)
+    assert {f["category"] for f in doc["findings"]} == {"data"}
+
+
+@pytest.mark.parametrize("qtype, scale_at", [(Q.Q6_K, 208), (Q.Q2_K, 82), (Q.Q3_K, 108), (Q.IQ4_XS, 0), (Q.TQ2_0, 64)])
+def test_deep_scale_positions(tmp_path, qtype, scale_at):
+    _, tsize = gguf.GGML_QUANT_SIZES[qtype]
+    raw = np.zeros((1, tsize), np.uint8)
+    raw[0, scale_at:scale_at + 2] = np.frombuffer(struct.pack("<H", 0xFC00), np.uint8)  # -inf
+    r = run_checks(write(tmp_path / "m.gguf", [("w", raw, qtype)]), deep=True)
+    assert codes(r) == {"bad-quant-scale"}
+
+
+def test_deep_progress_reports_every_byte(tmp_path):
+    p = write(tmp_path / "m.gguf", [("a", np.ones((64, 64), np.float32), None), ("b", np.ones(8, np.float16), None)])
+    seen = []
+    run_checks(p, deep=True, progress=seen.append)
+    assert sum(seen) == 64 * 64 * 4 + 16

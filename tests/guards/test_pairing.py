@@ -1,0 +1,37 @@
+"""`check --target`: a drafter against the right target, the wrong one, and shifted taps."""
+from __future__ import annotations
+
+import json
+
+from dflash_gguf.guards.run import run_checks
+from tests.guards.conftest import DRAFTER, GUARDS, QWEN, V, rewrite
+
+
+def test_pairing_ok_and_mismatches(cli, tmp_path):
+    assert cli("check", DRAFTER, "--target", QWEN)[0] == 0
+    rc, out, _ = cli("check", DRAFTER, "--target", GUARDS / "qwen3-8b-base.gguf")
+    assert rc == 13 and "pair-target-base" in out
+    rc, out, _ = cli("check", DRAFTER, "--target", GUARDS / "gemma-3-1b-it.gguf", "--json")
+    doc = json.loads(out)
+    assert rc == 13 and {f["code"] for f in doc["findings"]} >= {"pair-vocab-mismatch", "pair-mask-token"}
+    assert doc["target"] == str(GUARDS / "gemma-3-1b-it.gguf")
+
+
+def test_pairing_with_the_wrong_target(drafters, tmp_path):
+    small = rewrite(drafters["target"], tmp_path / "t.gguf", set_kv={
+        "qwen3.embedding_length": (32, V.UINT32, None), "qwen3.block_count": (4, V.UINT32, None),
+        "qwen3.rope.freq_base": (1e6, V.FLOAT32, None)})
+    r = run_checks(drafters["dflash-draft"], target=small)
+    msgs = {f.code: f.message for f in r.findings}
+    assert msgs["pair-fc-width"].startswith("dflash_fc.weight takes 256 features = 4 taps x 64, but the target's hidden size is 32")
+    assert msgs["pair-taps-depth"] == "target layers [1, 2, 3, 4] (stored; z-lab ids [1, 2, 3, 4]) reach past the target's 4 layers"
+    assert msgs["pair-rope-theta"].startswith("drafter RoPE base 1e+07 differs from the target's 1e+06")
+    assert {f.category for f in r.findings} == {"pairing"}
+
+
+def test_taps_shifted_by_one_are_flagged(cli, tmp_path):
+    # Stored [3, 11, ...] = z-lab [2, 10, 18, 26, 34]: the standard Qwen3-8B taps + 1 (written twice +1?)
+    p = rewrite(DRAFTER, tmp_path / "d.gguf", set_kv={"dflash.target_layers": ([3, 11, 19, 27, 35], V.ARRAY, V.INT32)})
+    rc, out, _ = cli("check", p, "--target", QWEN)
+    assert rc == 0 and "pair-taps-offset: target layers [3, 11, 19, 27, 35] are z-lab's standard taps " \
+                       "[1, 9, 17, 25, 33] for a 36-layer target shifted by +1" in out
