@@ -86,6 +86,7 @@ CHECK_CODES = {0, 6, 12}
 # reproducer is a test_regression_* below.
 KNOWN: list[tuple[str, str, str, str]] = []
 # Clean exits whose one error line is still wrong (not printable): (why, pattern of the line).
+# Empty for the same reason.
 KNOWN_LINES: list[tuple[str, re.Pattern[str]]] = []
 
 
@@ -1027,6 +1028,8 @@ def test_regression_loader_zero_element_tensor(corpus):
 
 
 def test_regression_retarget_name_collision(corpus):
+    """A mainline file with fc.weight and a stray tensor named dflash_fc.weight, retargeted to
+    dflash-draft, would hold two tensors named dflash_fc.weight (GGUFWriter's ValueError)."""
     def stray(ts):
         next(t for t in ts if t.name == "blk.0.attn_v.weight").name = "dflash_fc.weight"
     data = _variant(corpus, "qwen3-flat-llama.cpp", tensors=stray)
@@ -1037,7 +1040,8 @@ def test_regression_retarget_name_collision(corpus):
     _assert_clean(o)
 
 
-def test_regression_target_error_line_unescaped(corpus, pristine_dir):
+def test_regression_target_error_line_escaped(corpus, pristine_dir):
+    """A NUL in a target's architecture: the "<arch>.embedding_length is missing" line stays printable."""
     data = bytearray(corpus["llama-tiny"].data)
     h = parse_header_bytes(bytes(data))
     at = h.kv["general.architecture"].offset
