@@ -965,8 +965,6 @@ def test_regression_markup_in_names(corpus, door, argv):
     data = _variant(corpus, "qwen3-flat-llama.cpp",
                     kvs={"general.name": KVItem("general.name", "[red]x[/blue]", V.STRING)}, tensors=rename)
     o = _run_case(door, data, argv, DOC_CODES, out="q.gguf" if door == "quantize" else None)
-    if o.verdict == "traceback":
-        raise AssertionError(o.detail)
     _assert_clean(o)
 
 
@@ -976,8 +974,6 @@ def test_regression_markup_in_names(corpus, door, argv):
 def test_regression_empty_array_kv(corpus, argv):
     data = _variant(corpus, "qwen3-flat-llama.cpp", kvs={"general.tags": KVItem("general.tags", [], V.ARRAY, V.STRING)})
     o = _run_case("writer", data, argv, {0, 6}, out="q.gguf")
-    if o.verdict == "traceback":
-        raise AssertionError(o.detail)
     _assert_clean(o)
 
 
@@ -989,8 +985,6 @@ def test_regression_scalar_tensor(corpus, argv):
         t = next(t for t in ts if t.name == "blk.0.attn_output.weight")
         t.ne, t.type, t.data = (), Q.BF16, b"\x80\x3f"
     o = _run_case("writer", _variant(corpus, "qwen3-flat-llama.cpp", tensors=scalar), argv, {0, 6}, out="q.gguf")
-    if o.verdict == "traceback":
-        raise AssertionError(o.detail)
     _assert_clean(o)
 
 
@@ -999,8 +993,6 @@ def test_regression_target_tokens_of_the_wrong_type(corpus, pristine_dir):
     o = _run_case("retarget-target", data, lambda i, o: ["retarget", pristine_dir / "qwen3-flat-lucebox.gguf", "-o",
                                                          o / "r.gguf", "--format", "llama.cpp", "--target-gguf", i],
                   {0, 6, 7}, out="r.gguf")
-    if o.verdict == "traceback":
-        raise AssertionError(o.detail)
     _assert_clean(o)
 
 
@@ -1035,8 +1027,6 @@ def test_regression_retarget_name_collision(corpus):
     data = _variant(corpus, "qwen3-flat-llama.cpp", tensors=stray)
     o = _run_case("retarget", data, lambda i, o: ["retarget", i, "-o", o / "r.gguf", "--format", "dflash-draft"],
                   {0, 6}, out="r.gguf")
-    if o.verdict == "traceback":
-        raise AssertionError(o.detail)
     _assert_clean(o)
 
 
