@@ -16,11 +16,11 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import GGUFFormatError, OutputError
 from gguf import GGUFValueType as T
 
+from ..errors import GGUFFormatError, OutputError
 from .gguf_header import GGUFHeader, read_header, show
-from .types import KV, TensorInfo
+from .types import KV, TensorInfo, type_name
 
 
 @dataclass
@@ -99,7 +99,6 @@ I32_MAX = (1 << 31) - 1
 
 def describe_kv(kv: KV) -> str:
     """A KV's type and (shortened) value for a one-line message."""
-    typ = kv.type.name if kv.sub_type is None else f"ARRAY[{kv.sub_type.name}]"
     v = kv.value
     if isinstance(v, (tuple, list)) and len(v) > 8:
         shown = f"[{', '.join(map(repr, v[:8]))}, … {len(v):,} items]"
@@ -107,7 +106,7 @@ def describe_kv(kv: KV) -> str:
         shown = repr(list(v))
     else:
         shown = repr(v)
-    return f"{typ} {show(shown, 60)}"
+    return f"{type_name(kv.type, kv.sub_type)} {show(shown, 60)}"
 
 
 def bad_kv(path: str, kv: KV, expected: str) -> GGUFFormatError:

@@ -29,8 +29,12 @@ class KV:
             value = {"length": len(value), "head": list(value[:8])}
         elif isinstance(value, Sequence) and not isinstance(value, str):
             value = list(value)
-        typ = self.type.name if self.sub_type is None else f"ARRAY[{self.sub_type.name}]"
-        return {"key": self.key, "type": typ, "value": value}
+        return {"key": self.key, "type": type_name(self.type, self.sub_type), "value": value}
+
+
+def type_name(t: GGUFValueType, sub: GGUFValueType | None = None) -> str:
+    """A value type as messages and JSON name it: ``UINT32``, ``ARRAY[STRING]``."""
+    return t.name if sub is None else f"ARRAY[{sub.name}]"
 
 
 def kv_u32(key: str, value: int) -> KV:

@@ -15,7 +15,8 @@ from ..fileio.gguf_header import GGUFHeader, show
 from ..fileio.string_array import StringArray
 from ..formats import FORMATS, detect_format, meta_from_gguf
 from ..formats.names import DROPPED_TENSORS
-from .findings import Finding, Severity, as_int, finding, model_check, typename
+from ..fileio.types import type_name
+from .findings import Finding, Severity, as_int, finding, model_check
 
 # Tensors outside every format's name table that a drafter may carry: the llama3 RoPE table
 # the converter generates, and the reduced-vocab maps formats/ knows as extras.
@@ -140,7 +141,7 @@ def _drafter_swa(h: GGUFHeader, a: str) -> Iterator[Finding]:
     if pat is not None:
         if pat.type != T.ARRAY or pat.sub_type != T.BOOL:
             yield _d(h, Severity.ERROR, "drafter-swa-pattern",
-                     f"{a}.attention.sliding_window_pattern is {typename(pat.type, pat.sub_type)}; runtimes read "
+                     f"{a}.attention.sliding_window_pattern is {type_name(pat.type, pat.sub_type)}; runtimes read "
                      f"ARRAY[BOOL] only (Lucebox ignores it otherwise: full attention on SWA layers)", f"key {show(pk)}")
         elif n is not None and len(pat.value) != n:
             yield _d(h, Severity.ERROR, "drafter-swa-pattern",

@@ -13,7 +13,8 @@ from gguf import GGUFValueType as T
 
 from ..fileio.gguf_header import GGUFHeader, show
 from ..fileio.string_array import StringArray
-from .findings import Finding, Severity, file_check, finding, model_check, typename
+from ..fileio.types import type_name
+from .findings import Finding, Severity, file_check, finding, model_check
 
 
 # --- file checks ---------------------------------------------------------------------------
@@ -104,9 +105,9 @@ def check_keys(h: GGUFHeader) -> Iterator[Finding]:
         key = pattern.format(a=arch)
         f = h.kv.get(key)
         if f is not None and (f.type, f.sub_type) not in allowed:
-            want = " or ".join(typename(*a) for a in allowed)
+            want = " or ".join(type_name(*a) for a in allowed)
             yield finding(h, Severity.ERROR, "key-type",
-                          f"{show(key)} is {typename(f.type, f.sub_type)}, loaders require {want}: re-convert",
+                          f"{show(key)} is {type_name(f.type, f.sub_type)}, loaders require {want}: re-convert",
                           f"key {show(key)}")
 
 

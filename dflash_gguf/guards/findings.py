@@ -20,8 +20,6 @@ from enum import Enum
 from pathlib import Path
 from typing import Callable, Iterable
 
-from gguf import GGUFValueType as T
-
 from ..fileio.gguf_header import GGUFHeader
 
 
@@ -91,8 +89,3 @@ def finding(h: GGUFHeader, sev: Severity, code: str, msg: str, where: str = "",
 def as_int(v) -> int | None:
     """An integer metadata value, or None (a hostile file may put any type under any key)."""
     return v if isinstance(v, int) and not isinstance(v, bool) else None
-
-
-def typename(t: T, sub: T | None) -> str:
-    """A value type as messages name it: ``UINT32``, ``ARRAY[STRING]``."""
-    return t.name if sub is None else f"ARRAY[{sub.name}]"

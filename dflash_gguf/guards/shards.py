@@ -12,7 +12,8 @@ from gguf import GGUFValueType as T
 
 from ..errors import GGUFFormatError, OutputError
 from ..fileio.gguf_header import GGUFHeader, read_header, show
-from .findings import Finding, Severity, as_int, finding, typename
+from ..fileio.types import type_name
+from .findings import Finding, Severity, as_int, finding
 
 SHARD_RE = re.compile(r"^(?P<prefix>.+)-(?P<no>\d{5})-of-(?P<count>\d{5})\.gguf$")
 
@@ -84,7 +85,7 @@ def check_shards(path: str | Path) -> ShardSet:
         wrong = [(k, typ) for k, typ in split_types if h.kv[k].type != typ]
         for key, typ in wrong:
             out.append(finding(h, Severity.ERROR, "key-type",
-                               f"{key} is {typename(h.kv[key].type, h.kv[key].sub_type)}, llama.cpp requires "
+                               f"{key} is {type_name(h.kv[key].type, h.kv[key].sub_type)}, llama.cpp requires "
                                f"{typ.name}", f"key {key}"))
         if wrong:
             continue
