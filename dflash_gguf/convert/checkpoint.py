@@ -14,11 +14,11 @@ from gguf import GGMLQuantizationType as Q
 
 from ..config import DrafterConfig, load_config
 from ..errors import TargetError, UsageError
-from ..formats import get_format
 from ..fileio.gguf_writer import TensorOut, WriteReport, write_gguf
-from .plan import ROPE_FREQS, ConversionPlan, TensorPlan, build_plan, llama3_rope_factors
 from ..fileio.safetensors import SourceTensor, iter_raw, read_inventory, to_f32
+from ..formats import get_format
 from ..target.info import check_drafter_fits, load_target
+from .plan import ROPE_FREQS, ConversionPlan, TensorPlan, build_plan, llama3_rope_factors
 
 
 @dataclass(frozen=True)
