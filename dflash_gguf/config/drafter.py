@@ -14,12 +14,18 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
+from .dspark import ALL_DSPARK_ARCHS, DSparkSpec, normalize_dspark, parse_dspark
 from .rope import RopeScaling, parse_rope
 from .values import INT32_MAX, MAX_LAYERS, coerce, flag, read_config_json
 
 DFLASH1_ARCH = "DFlashDraftModel"
 DFLASH2_ARCH = "DFlash2DraftModel"
-SUPPORTED_ARCHS = (DFLASH1_ARCH, DFLASH2_ARCH)
+SUPPORTED_ARCHS = (DFLASH1_ARCH, DFLASH2_ARCH, *ALL_DSPARK_ARCHS)
+# dflash_config knobs no runtime reads: written nowhere, named in the summary (never silently dropped)
+UNHONOURED_KNOBS = {
+    "backbone_rotary_base": "MiMo's RoPE base for the target-context keys; mainline llama.cpp ropes them with "
+                            "rope.freq_base (its converter drops this key too)",
+}
 LAYER_TYPES = ("sliding_attention", "full_attention")
 
 
@@ -61,6 +67,12 @@ class DrafterConfig:
     conv_group_size: int | None = None
     selector_rank: int | None = None
     selector_top_k: int | None = None
+    # MiMo-style drafters (dflash_config knobs)
+    attention_sink_bias: bool = False  # a learned per-head sink logit per layer (self_attn.attention_sink_bias)
+    attention_value_scale: float | None = None
+    rope_is_neox_style: bool = True  # False: Q/K (and their norms) are permuted to NeoX layout on convert
+    # DSpark drafters (DFlash + Markov head); None for DFlash
+    dspark: DSparkSpec | None = None
     # knob -> where its value came from ("dflash_config.block_size", "config.rope_theta", "default")
     sources: dict[str, str] = field(default_factory=dict)
     warnings: tuple[str, ...] = ()
@@ -69,6 +81,13 @@ class DrafterConfig:
     @property
     def is_dflash2(self) -> bool:
         return self.architecture == DFLASH2_ARCH
+
+    @property
+    def family(self) -> str:
+        """"dflash1" | "dflash2" | "dspark" | "gemma4-dspark" (docs/formats.md lists each)."""
+        if self.dspark is not None:
+            return "gemma4-dspark" if self.dspark.gemma4 else "dspark"
+        return "dflash2" if self.is_dflash2 else "dflash1"
 
     @property
     def n_taps(self) -> int:
@@ -104,8 +123,6 @@ def load_config(drafter_dir: str | Path) -> DrafterConfig:
 
 def parse_config(raw: dict[str, Any], cfg_path: Path) -> DrafterConfig:
     """Resolve a parsed config dict (see load_config)."""
-    r = Resolver(raw, cfg_path)
-
     archs = raw.get("architectures") or []
     if not isinstance(archs, list):
         raise ConfigError(f"{cfg_path}: architectures must be a list of class names, got {archs!r:.80}")
@@ -115,6 +132,9 @@ def parse_config(raw: dict[str, Any], cfg_path: Path) -> DrafterConfig:
             f"{cfg_path}: architectures={archs!r:.80} is not a DFlash drafter "
             f"(expected one of {', '.join(SUPPORTED_ARCHS)})"
         )
+    published = raw
+    raw = normalize_dspark(raw, arch, cfg_path)
+    r = Resolver(raw, cfg_path)
 
     hidden = r.top_int("hidden_size")
     n_layers = r.top_int("num_hidden_layers", hi=MAX_LAYERS)
@@ -163,8 +183,18 @@ def parse_config(raw: dict[str, Any], cfg_path: Path) -> DrafterConfig:
             )
 
     eps = r.top_float("rms_norm_eps")
-    if r.dflash.get("attention_value_scale") is not None:  # the formats write it as a float32 as is
-        coerce(r.dflash["attention_value_scale"], float, "dflash_config.attention_value_scale", cfg_path)
+    value_scale = r.dflash.get("attention_value_scale")
+    if value_scale is not None:  # the formats write it as a float32 as is
+        value_scale = coerce(value_scale, float, "dflash_config.attention_value_scale", cfg_path)
+    v_head_dim = r.top_int("v_head_dim", required=False)
+    if v_head_dim is not None and v_head_dim != head_dim:
+        # mainline writes attention.value_length = head_dim; a different V width cannot be carried
+        raise ConfigError(f"{cfg_path}: v_head_dim={v_head_dim} differs from head_dim={head_dim}; no GGUF runtime "
+                          "supports a separate value head width for DFlash drafters")
+    sink = r.dflash.get("attention_sink_bias")
+    for knob, why in UNHONOURED_KNOBS.items():
+        if r.dflash.get(knob) is not None:
+            r.warnings.append(f"dflash_config.{knob}={r.dflash[knob]!r:.40} is not written: {why}")
     model_type = raw.get("model_type")
     if model_type is not None and not isinstance(model_type, str):
         raise ConfigError(f"{cfg_path}: model_type must be a string, got {model_type!r:.80}")
@@ -198,6 +228,10 @@ def parse_config(raw: dict[str, Any], cfg_path: Path) -> DrafterConfig:
         input_embedding_scale=r.knob_float("input_embedding_scale"),
         output_multiplier=r.knob_float("output_multiplier"),
         tie_word_embeddings=flag(raw.get("tie_word_embeddings"), "tie_word_embeddings", cfg_path),
+        attention_sink_bias=bool(flag(sink, "dflash_config.attention_sink_bias", cfg_path)),
+        attention_value_scale=value_scale,
+        rope_is_neox_style=flag(raw.get("rope_is_neox_style"), "rope_is_neox_style", cfg_path) is not False,
+        dspark=parse_dspark(published, arch, vocab, cfg_path) if arch in ALL_DSPARK_ARCHS else None,
         sources=dict(r.sources),
         warnings=tuple(r.warnings),
         raw=raw,
