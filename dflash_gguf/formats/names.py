@@ -32,6 +32,8 @@ LAYER_TENSORS: dict[str, str] = {
     "attention_conv.kernel_projection.weight": "attn_conv_proj.weight",
     "mlp_conv.base_kernel": "ffn_conv_base",
     "mlp_conv.kernel_projection.weight": "ffn_conv_proj.weight",
+    # MiMo: a learned per-head sink logit; on disk without ".weight" (mainline appends it)
+    "self_attn.attention_sink_bias": "attn_sinks.weight",
 }
 DFLASH2_LAYER = ("attention_conv.base_kernel", "attention_conv.kernel_projection.weight",
                  "mlp_conv.base_kernel", "mlp_conv.kernel_projection.weight")
@@ -44,6 +46,15 @@ GLOBAL_TENSORS: dict[str, str] = {
     "candidate_selector.successor_codebook": "selector_successor.weight",
     "candidate_selector.hidden_projection.weight": "selector_hidden.weight",
 }
+# DSpark heads (mainline names): markov_w1 is target-vocab indexed, markov_w2 emits the draft vocab
+DSPARK_GLOBAL: dict[str, str] = {
+    "markov_head.markov_w1.weight": "markov_w1.weight",
+    "markov_head.markov_w2.weight": "markov_w2.weight",
+    "confidence_head.proj.weight": "conf_proj.weight",
+    "confidence_head.proj.bias": "conf_proj.bias",
+}
+GLOBAL_TENSORS.update(DSPARK_GLOBAL)
+D2T = "d2t"  # DSpark reduced vocab: draft id -> absolute target id, I64, no ".weight" (mainline's name)
 DFLASH2_GLOBAL = ("candidate_selector.predecessor_codebook", "candidate_selector.successor_codebook",
                   "candidate_selector.hidden_projection.weight")
 # Optional tensors some exports ship; the runtimes borrow the target's when absent.
