@@ -32,10 +32,11 @@ def cli(capsys):
     return run
 
 
-def rewrite_gguf(src, dst, *, values=None, drop=(), rename=None, data=None, alignment=None):
+def rewrite_gguf(src, dst, *, values=None, drop=(), rename=None, data=None, alignment=None, add=None):
     """Copy a GGUF key by key and tensor by tensor with gguf-py, changing only what is asked:
     ``values`` {key: new value}, ``drop`` keys, ``rename`` {tensor: new name},
-    ``data`` {tensor: fn(array) -> array}, a custom ``alignment``. Used to plant faults."""
+    ``data`` {tensor: fn(array) -> array}, a custom ``alignment``, ``add`` {key: (value, type,
+    sub_type)} appended after the existing keys. Used to plant faults."""
     import numpy as np
     from gguf import GGUFReader, GGUFWriter
 
@@ -48,6 +49,8 @@ def rewrite_gguf(src, dst, *, values=None, drop=(), rename=None, data=None, alig
             continue
         value = (values or {}).get(k, f.contents())
         w.add_key_value(k, value, f.types[0], sub_type=f.types[1] if len(f.types) > 1 else None)
+    for k, (value, typ, sub) in (add or {}).items():
+        w.add_key_value(k, value, typ, sub_type=sub)
     for t in r.tensors:
         arr = np.array(t.data)
         if t.name in (data or {}):

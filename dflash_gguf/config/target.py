@@ -37,6 +37,7 @@ class TargetConfig:
     attention_bias: bool
     bos_token_id: int | None
     eos_token_id: int | tuple[int, ...] | None
+    uses_mrope: bool = False  # multimodal RoPE (Qwen3.5/3.6, Qwen-VL): drafters rope on the temporal section
     raw: dict[str, Any] = field(default_factory=dict, repr=False)
 
 
@@ -85,5 +86,16 @@ def parse_target_config(top: dict[str, Any], cfg_path: Path) -> TargetConfig:
         attention_bias=bool(raw.get("attention_bias", False)),
         bos_token_id=raw.get("bos_token_id"),
         eos_token_id=tuple(eos) if isinstance(eos, list) else eos,
+        uses_mrope=uses_mrope(top),
         raw=raw,
     )
+
+
+def uses_mrope(top: dict[str, Any]) -> bool:
+    """True when the target ropes with sections (``mrope_section``), read where mainline's
+    DFlashModel reads it: ``text_config`` when present (not merged), else the top level."""
+    cfg = top.get("text_config", top)
+    if not isinstance(cfg, dict):
+        return False
+    rope = cfg.get("rope_parameters") or cfg.get("rope_scaling") or {}
+    return isinstance(rope, dict) and "mrope_section" in rope

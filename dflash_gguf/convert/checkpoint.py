@@ -53,18 +53,18 @@ def plan_conversion(
         raise UsageError("pass only one of --target-gguf and --target-dir")
     cfg = load_config(drafter_dir)
     inventory = read_inventory(drafter_dir)
-    tokenizer, target_hidden, notes = [], None, []
+    tokenizer, target_hidden, notes, mrope = [], None, [], False
     if target_gguf or target_dir:
         target = load_target(target_gguf, target_dir)
         notes = [*target.notes, *(check_drafter_fits(target, cfg) or [])]
-        tokenizer, target_hidden = list(target.kvs), target.hidden_size
+        tokenizer, target_hidden, mrope = list(target.kvs), target.hidden_size, target.uses_mrope
     elif fmt.needs_tokenizer:
         raise TargetError(
             f"--format {fmt.name} needs the target's tokenizer; pass --target-gguf T.gguf (the target as GGUF) "
             "or --target-dir T/ (its Hugging Face dir), or use --format lucebox which needs none"
         )
     plan = build_plan(cfg, fmt, inventory, outtype, tokenizer=tokenizer, target_hidden=target_hidden,
-                      name=Path(drafter_dir).resolve().name)
+                      target_mrope=mrope, name=Path(drafter_dir).resolve().name)
     return Conversion(cfg, inventory, plan, notes)
 
 

@@ -114,6 +114,7 @@ def build_plan(
     *,
     tokenizer: Sequence[KV] = (),
     target_hidden: int | None = None,
+    target_mrope: bool = False,
     name: str | None = None,
 ) -> ConversionPlan:
     """Validate the inventory against the config and decide every output tensor and KV.
@@ -196,7 +197,7 @@ def build_plan(
         big = max((t for t in inventory if t.dtype in FLOAT_DTYPES), key=lambda t: t.nbytes)
         file_type = {"F32": 0, "F16": 1, "BF16": 32}[big.dtype]
     meta = meta_from_config(cfg, n_target_features=cfg.n_taps * th, tokenizer=tokenizer, file_type=file_type,
-                            name=name)
+                            name=name, target_mrope=target_mrope)
     arch, kvs = fmt.kvs(meta)
     if quant:
         # "convert --outtype q*" is "convert --outtype auto, then quantize": same layout, same bytes.

@@ -9,7 +9,10 @@ from ..errors import GGUFFormatError, TargetError, UsageError
 from ..fileio.gguf_header import show
 from ..fileio.gguf_reader import read_gguf
 from ..fileio.gguf_writer import TensorOut, WriteReport, write_gguf
+from gguf import GGUFValueType as T
+
 from ..formats import Format, get_format, meta_from_gguf
+from ..formats.meta import ROPE_SECTIONS
 from ..target.info import load_target
 
 
@@ -38,7 +41,7 @@ def retarget(
     f = read_gguf(src)
     from_fmt, meta = meta_from_gguf(f.kvs, f.shapes(), src)
     if target_gguf or target_dir:
-        _attach_tokenizer(meta, target_gguf, target_dir, src)
+        _attach_target(meta, target_gguf, target_dir, src)
     arch, kvs = to_fmt.kvs(meta)
     renamed, tensors, by_new = [], [], {}
     for t in f.tensors:
@@ -62,9 +65,10 @@ def retarget(
     return RetargetResult(from_fmt.name, to_fmt.name, arch, renamed, report)
 
 
-def _attach_tokenizer(meta, target_gguf, target_dir, src) -> None:
-    """Give a tokenizer-less drafter (e.g. a Lucebox file) the target's vocab, after checking
-    that the target fits: same vocab size, hidden size = tap width / taps."""
+def _attach_target(meta, target_gguf, target_dir, src) -> None:
+    """Give the drafter what only the target knows, after checking that the target fits (same
+    vocab size, hidden size = tap width / taps): its vocab (for tokenizer-less files, e.g.
+    Lucebox's) and, for an M-RoPE target, the sections a stale file lacks."""
     target = load_target(target_gguf, target_dir)
     if meta.vocab_size is not None and meta.vocab_size != target.vocab_size:
         raise TargetError(f"{src}: drafter vocab {meta.vocab_size} != target vocab {target.vocab_size} "
@@ -75,3 +79,6 @@ def _attach_tokenizer(meta, target_gguf, target_dir, src) -> None:
                           f"{target.hidden_size} ({target.source}); is this the drafter's target?")
     meta.tokenizer = [kv for kv in target.kvs if kv.key != "tokenizer.ggml.mask_token_id"]
     meta.vocab_size = target.vocab_size
+    if target.uses_mrope and meta.hparam(ROPE_SECTIONS) is None:
+        head_dim = meta.hparam("attention.key_length") or meta.hidden_size // int(meta.hparam("attention.head_count"))
+        meta.hparams.append((ROPE_SECTIONS, [int(head_dim) // 2, 0, 0, 0], T.ARRAY, T.INT32))

@@ -15,7 +15,7 @@ from ..errors import GGUFFormatError, UsageError
 from ..fileio.types import KV
 from ..fileio.gguf_header import show
 from ..fileio.gguf_reader import bad_kv, get_int
-from .meta import DrafterMeta, Format
+from .meta import ROPE_SECTIONS, DrafterMeta, Format
 from .dflash_draft import DFLASH_DRAFT
 from .llama_cpp import MAINLINE, PR22105_FORMAT
 from .lucebox import LUCEBOX
@@ -59,7 +59,9 @@ def meta_from_config(
     file_type: int | None = None,
     name: str | None = None,
     flavor: str | None = None,
+    target_mrope: bool = False,
 ) -> DrafterMeta:
+    """``target_mrope``: the target ropes with M-RoPE sections (see ``TargetInfo.uses_mrope``)."""
     raw = cfg.raw
     hp: list[tuple[str, object, T, T | None]] = []
 
@@ -116,6 +118,8 @@ def meta_from_config(
             pattern = [t == "sliding_attention" for t in (cfg.layer_types or ())]
         if pattern:  # llama.cpp's writer drops an empty array; so do we
             add("attention.sliding_window_pattern", pattern, T.ARRAY, T.BOOL)
+    if target_mrope:  # the drafter ropes on the temporal section only: degenerate sections
+        add(ROPE_SECTIONS, [cfg.head_dim // 2, 0, 0, 0], T.ARRAY, T.INT32)
 
     general = [KV("general.type", "model", T.STRING)]
     if name:

@@ -22,6 +22,9 @@ from .names import (BLK_RE, DFLASH2_LAYER, FC, GLOBAL_TENSORS, HIDDEN_NORM, LAYE
                     PRE_FFN_NORM)
 
 T = GGUFValueType
+# hparam suffix (under "<arch>.") of M-RoPE sections: a target's own, or a drafter's degenerate
+# [head_dim/2, 0, 0, 0] that makes mainline rope it on the target's temporal positions
+ROPE_SECTIONS = "rope.dimension_sections"
 
 @dataclass
 class DrafterMeta:

@@ -9,6 +9,7 @@ from typing import Iterator
 from ..config import build_target_layer_ids
 from ..fileio.gguf_header import GGUFHeader, show
 from ..fileio.string_array import StringArray
+from ..formats.meta import ROPE_SECTIONS
 from .drafter_checks import drafter_format
 from .findings import Finding, Severity, as_int, finding, pair_check
 from .instruct import Verdict, classify
@@ -98,6 +99,13 @@ def pair_drafter(d: GGUFHeader, t: GGUFHeader) -> Iterator[Finding]:
     if vs is not None and isinstance(tt, StringArray) and vs != len(tt):
         yield p(Severity.ERROR, "pair-vocab-size",
                 f"{show(d.arch or '')}.vocab_size = {vs:,} but the target has {len(tt):,} tokens", "")
+    if f"{ta}.{ROPE_SECTIONS}" in t.kv and f"{d.arch}.{ROPE_SECTIONS}" not in d.kv:
+        # mainline then ropes the drafter as plain NeoX instead of on the target's temporal M-RoPE positions
+        yield p(Severity.ERROR if fmt.name == "llama.cpp" else Severity.WARNING, "pair-mrope-stale",
+                f"the target uses M-RoPE ({ta}.{ROPE_SECTIONS}) but the drafter has no "
+                f"{show(d.arch or '')}.{ROPE_SECTIONS}: a stale conversion (acceptance collapses once images are in "
+                f"the prompt); fix: dflash-gguf retarget FILE --target-gguf TARGET -o NEW.gguf "
+                f"(or re-convert with --target-dir/--target-gguf)", f"key {show(d.arch or '')}.{ROPE_SECTIONS}")
     dr, tr = d.get(f"{d.arch}.rope.freq_base"), t.get(f"{ta}.rope.freq_base")
     if isinstance(dr, float) and isinstance(tr, float) and dr != tr:
         yield p(Severity.WARNING, "pair-rope-theta",

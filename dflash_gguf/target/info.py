@@ -25,6 +25,7 @@ from ..fileio.gguf_header import GGUFHeader, raw_string, read_header
 from ..fileio.gguf_reader import bad_kv
 from ..fileio.string_array import StringArray
 from ..fileio.types import KV, kv_u32
+from ..formats.meta import ROPE_SECTIONS
 from .hf_vocab import vocab_from_hf_dir
 from .keys import K_MASK_ID, K_MODEL, K_PRE, K_TOKENS
 
@@ -50,6 +51,8 @@ class TargetInfo:
     pre_source: str  # "copied" | "default" (SentencePiece) | "chkhsh" | "pre_tokenizer"
     kvs: tuple[KV, ...]
     notes: tuple[str, ...] = ()  # things the CLI should tell the user (never fatal)
+    # M-RoPE target: the drafter must carry rope.dimension_sections or mainline ropes it as plain NeoX
+    uses_mrope: bool = False
 
     def get(self, key: str, default: Any = None) -> Any:
         for kv in self.kvs:
@@ -165,7 +168,7 @@ def target_from_gguf(path: str | Path) -> TargetInfo:
         source=p, source_kind="gguf", arch=arch, model_type=arch,
         hidden_size=hidden, num_hidden_layers=depth, vocab_size=int(vocab), n_vocab_tokens=len(tokens),
         tokenizer_model=header.get(K_MODEL), tokenizer_pre=header.get(K_PRE), pre_source="copied",
-        kvs=tuple(kvs), notes=tuple(notes),
+        kvs=tuple(kvs), notes=tuple(notes), uses_mrope=f"{arch}.{ROPE_SECTIONS}" in header.kv,
     )
 
 
@@ -208,7 +211,7 @@ def target_from_hf_dir(path: str | Path) -> TargetInfo:
         source=d, source_kind="hf", arch=arch, model_type=cfg.model_type,
         hidden_size=cfg.hidden_size, num_hidden_layers=cfg.num_hidden_layers, vocab_size=cfg.vocab_size,
         n_vocab_tokens=n_tokens, tokenizer_model=vocab.model, tokenizer_pre=vocab.pre, pre_source=vocab.pre_source,
-        kvs=tuple(vocab.kvs), notes=tuple(vocab.notes),
+        kvs=tuple(vocab.kvs), notes=tuple(vocab.notes), uses_mrope=cfg.uses_mrope,
     )
 
 

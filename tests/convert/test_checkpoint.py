@@ -325,3 +325,44 @@ def test_extra_tensors_follow_explicit_rules(cli, tmp_path):
     d3 = _variant(tmp_path, extra_tensors={"layers.0.mystery.weight": np.zeros((4, 4), np.float32)})
     code, _, se = cli("convert", d3, "--format", "lucebox", "-o", tmp_path / "m.gguf")
     assert code == 4 and "layers.0.mystery.weight" in se and "refusing to guess" in se
+
+
+SECTIONS = "dflash.rope.dimension_sections"
+
+
+def test_mrope_target_gguf_gives_degenerate_sections(cli, tmp_path):
+    """A target GGUF with <arch>.rope.dimension_sections (Qwen3.5/3.6) makes the drafter rope on
+    the temporal section only: [head_dim/2, 0, 0, 0] as INT32, as mainline's converter writes."""
+    from gguf import GGUFValueType as T
+
+    from tests.convert.conftest import LLAMA_GGUF
+
+    mrope = rewrite_gguf(LLAMA_GGUF, tmp_path / "mrope-target.gguf",
+                         add={"llama.rope.dimension_sections": ([11, 11, 10, 0], T.ARRAY, T.INT32)})
+    head_dim = json.loads((DRAFTERS / "gemma-style" / "config.json").read_text())["head_dim"]
+    for target, want in ((mrope, [head_dim // 2, 0, 0, 0]), (LLAMA_GGUF, None)):
+        out = tmp_path / f"drafter-for-{target.stem}.gguf"
+        code, _, se = cli("convert", DRAFTERS / "gemma-style", "--target-gguf", target, "-o", out)
+        assert code == 0, se
+        got = kvs(out).get(SECTIONS)
+        assert (got and (list(got[0]), got[1])) == (want and (want, ["ARRAY", "INT32"]))
+
+
+def test_mrope_target_dir_reads_text_config(cli, tmp_path):
+    """--target-dir: mrope_section under text_config.rope_parameters (not merged with the top
+    level, as mainline reads it) decides the sections; the same section at the top level of a
+    config that has a text_config does not."""
+    import shutil
+
+    d = tmp_path / "t"
+    shutil.copytree(QWEN_DIR, d)
+    cfg = json.loads((d / "config.json").read_text())
+    rope = {"rope_type": "default", "rope_theta": 1e7, "mrope_section": [11, 11, 10]}
+    cases = {"text_config": ({**cfg, "text_config": {**cfg, "rope_parameters": rope}}, True),
+             "top_level_shadowed": ({**cfg, "rope_parameters": rope, "text_config": dict(cfg)}, False)}
+    for name, (body, want) in cases.items():
+        (d / "config.json").write_text(json.dumps(body))
+        out = tmp_path / f"{name}.gguf"
+        code, _, se = cli("convert", DRAFTERS / "qwen3-flat", "--target-dir", d, "-o", out)
+        assert code == 0, se
+        assert (SECTIONS in kvs(out)) is want, name

@@ -26,13 +26,17 @@ def llama_src() -> Path:
     return Path(src)
 
 
-def spm_target(tmp_path: Path, layers: int = 5) -> Path:
+def spm_target(tmp_path: Path, layers: int = 5, mrope: bool = False) -> Path:
     """The SentencePiece fixture target, deepened to `layers` in config.json only (converters
-    read the target's config and tokenizer, not its weights)."""
+    read the target's config and tokenizer, not its weights); ``mrope`` gives it Qwen3.5-style
+    multimodal RoPE sections under ``text_config.rope_parameters``."""
     d = tmp_path / "target"
     shutil.copytree(TARGETS / "llama-tiny", d)
     cfg = json.loads((d / "config.json").read_text())
     cfg["num_hidden_layers"] = layers
+    if mrope:
+        cfg["text_config"] = {**cfg, "rope_parameters": {"rope_type": "default", "rope_theta": 1e7,
+                                                         "mrope_section": [11, 11, 10], "mrope_interleaved": True}}
     (d / "config.json").write_text(json.dumps(cfg))
     return d
 
@@ -45,11 +49,12 @@ def fields(path):
     return kv, ts
 
 
-@pytest.mark.parametrize("drafter", ["qwen3-flat", "qwen3-nested", "gemma-style", "qwen3-dflash2"])
-def test_matches_llama_cpp_converter(cli, tmp_path, drafter):
+@pytest.mark.parametrize("drafter,mrope", [("qwen3-flat", False), ("qwen3-nested", False), ("gemma-style", False),
+                                           ("qwen3-dflash2", False), ("qwen3-flat", True), ("qwen3-dflash2", True)])
+def test_matches_llama_cpp_converter(cli, tmp_path, drafter, mrope):
     src = llama_src()
     depth = json.loads((DRAFTERS / drafter / "config.json").read_text())["num_target_layers"]
-    target = spm_target(tmp_path, depth)
+    target = spm_target(tmp_path, depth, mrope)
     ref = tmp_path / "ref.gguf"
     env = {**os.environ, "PYTHONPATH": str(src / "gguf-py")}
     r = subprocess.run([sys.executable, str(src / "convert_hf_to_gguf.py"), str(DRAFTERS / drafter),
@@ -67,6 +72,7 @@ def test_matches_llama_cpp_converter(cli, tmp_path, drafter):
     assert our_t.keys() == ref_t.keys(), (sorted(our_t.keys() - ref_t.keys()), sorted(ref_t.keys() - our_t.keys()))
     for name in ref_t:
         assert our_t[name] == ref_t[name], name
+    assert ("dflash.rope.dimension_sections" in ref_kv) is mrope  # the case this parameter is about
 
 
 LOAD = r'''

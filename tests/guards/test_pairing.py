@@ -35,3 +35,25 @@ def test_taps_shifted_by_one_are_flagged(cli, tmp_path):
     rc, out, _ = cli("check", p, "--target", QWEN)
     assert rc == 0 and "pair-taps-offset: target layers [3, 11, 19, 27, 35] are z-lab's standard taps " \
                        "[1, 9, 17, 25, 33] for a 36-layer target shifted by +1" in out
+
+
+def test_stale_drafter_for_an_mrope_target(cli, tmp_path):
+    """A mainline drafter without rope.dimension_sections next to an M-RoPE target is stale
+    (error, with the fix); retarget with that target adds [head_dim/2, 0, 0, 0] and clears it."""
+    mrope = rewrite(QWEN, tmp_path / "qwen35.gguf",
+                    set_kv={"qwen3.rope.dimension_sections": ([11, 11, 10, 0], V.ARRAY, V.INT32)})
+    rc, out, _ = cli("check", DRAFTER, "--target", mrope, "--json")
+    stale = [f for f in json.loads(out)["findings"] if f["code"] == "pair-mrope-stale"]
+    assert rc == 13 and len(stale) == 1 and stale[0]["severity"] == "error"
+    assert "dflash-gguf retarget FILE --target-gguf TARGET" in stale[0]["message"]
+    assert cli("check", DRAFTER, "--target", QWEN)[0] == 0  # the same drafter is fine for a plain target
+
+    fixed = tmp_path / "fixed.gguf"
+    rc, _, err = cli("retarget", DRAFTER, "--format", "llama.cpp", "--target-gguf", mrope, "-o", fixed)
+    assert rc == 0, err
+    r = run_checks(fixed, target=mrope)
+    assert "pair-mrope-stale" not in {f.code for f in r.findings}
+    from dflash_gguf.fileio.gguf_reader import read_gguf
+    kv = read_gguf(fixed).kvs["dflash.rope.dimension_sections"]
+    head_dim = read_gguf(fixed).kvs["dflash.attention.key_length"].value
+    assert list(kv.value) == [head_dim // 2, 0, 0, 0]
