@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable, Iterable, Iterator
 
 import numpy as np
 from gguf import GGMLQuantizationType as Q
@@ -15,9 +15,10 @@ from gguf import GGMLQuantizationType as Q
 from ..config import DrafterConfig, load_config
 from ..errors import TargetError, UsageError
 from ..fileio.gguf_writer import TensorOut, WriteReport, write_gguf
-from ..fileio.safetensors import SourceTensor, iter_raw, read_inventory, to_f32
+from ..fileio.safetensors import SourceTensor, iter_raw, read_inventory, read_raw, to_f32
 from ..formats import get_format
 from ..target.info import check_drafter_fits, load_target
+from .mask_embedding import EMBED, MASK_FILE, MaskEmbedding, load_mask_embedding, patch_row, target_tables
 from .plan import ROPE_FREQS, ConversionPlan, TensorPlan, build_plan, llama3_rope_factors
 
 
@@ -34,9 +35,10 @@ class Conversion:
     """Everything read and validated before a byte is written."""
 
     config: DrafterConfig
-    inventory: list[SourceTensor]
+    inventory: list[SourceTensor]  # the drafter's tensors, and any taken from the target
     plan: ConversionPlan
     target_checks: list[str]
+    mask: MaskEmbedding | None = None  # MiMo's replacement row for the embedding table
 
 
 def plan_conversion(
@@ -63,9 +65,16 @@ def plan_conversion(
             f"--format {fmt.name} needs the target's tokenizer; pass --target-gguf T.gguf (the target as GGUF) "
             "or --target-dir T/ (its Hugging Face dir), or use --format lucebox which needs none"
         )
+    extra, mask = {}, None
+    if (Path(drafter_dir) / MASK_FILE).is_file():
+        extra = target_tables(cfg, inventory, target_gguf, target_dir)
+        mask = load_mask_embedding(drafter_dir, cfg, extra[EMBED].dtype)
     plan = build_plan(cfg, fmt, inventory, outtype, tokenizer=tokenizer, target_hidden=target_hidden,
-                      target_mrope=mrope, name=Path(drafter_dir).resolve().name)
-    return Conversion(cfg, inventory, plan, notes)
+                      target_mrope=mrope, name=Path(drafter_dir).resolve().name, extra_sources=extra,
+                      mask_row=mask is not None)
+    own = {t.name for t in inventory}
+    inventory = [*inventory, *(t for t in extra.values() if t.name not in own)]
+    return Conversion(cfg, inventory, plan, notes, mask)
 
 
 def write_conversion(conv: Conversion, out: str | Path, *, force: bool = False,
@@ -73,7 +82,7 @@ def write_conversion(conv: Conversion, out: str | Path, *, force: bool = False,
     """Write a planned conversion (atomic, deterministic, streaming: one tensor in memory at a time)."""
     by_name = {t.name: t for t in conv.inventory}
     plan = conv.plan
-    tensors = [TensorOut(p.dst, p.shape, p.ggml_type, p.nbytes, _producer(p, by_name, conv.config)) for p in plan.tensors]
+    tensors = [TensorOut(p.dst, p.shape, p.ggml_type, p.nbytes, _producer(p, by_name, conv)) for p in plan.tensors]
     report = write_gguf(out, plan.arch, plan.kvs, tensors, force=force, progress=progress)
     return ConvertResult(plan, conv.config, report, conv.target_checks)
 
@@ -99,16 +108,37 @@ def convert(
     return write_conversion(conv, out, force=force, progress=progress)
 
 
-def _producer(p: TensorPlan, by_name: dict[str, SourceTensor], cfg: DrafterConfig) -> Callable[[], object]:
+def _producer(p: TensorPlan, by_name: dict[str, SourceTensor], conv: Conversion) -> Callable[[], object]:
     if p.src is None:
         assert p.dst == ROPE_FREQS
-        return lambda: llama3_rope_factors(cfg)
+        return lambda: llama3_rope_factors(conv.config)
     src = by_name[p.src]
-    return lambda: encode(src, p.ggml_type)
+    chunks = None
+    if p.transform == "neox-permute":
+        chunks = lambda: [neox_permute(read_raw(src), conv.config.head_dim)]  # noqa: E731 (one tensor in memory)
+    elif p.transform == "mask-row":
+        chunks = lambda: _patched(src, conv.mask)  # noqa: E731
+    return lambda: encode(src, p.ggml_type, chunks() if chunks else None)
 
 
-def encode(src: SourceTensor, qtype: Q) -> Iterator[np.ndarray]:
-    """Read one source tensor in row chunks and encode each as ``qtype``.
+def neox_permute(raw: np.ndarray, head_dim: int) -> np.ndarray:
+    """Rows of an interleaved-rope (GPT-J) Q/K weight or norm in NeoX order: per head, the even
+    dims then the odd ones — mainline's ``reshape(-1, hd/2, 2, ...).transpose(1, 2)``."""
+    n = raw.shape[0]
+    idx = np.arange(n).reshape(-1, head_dim // 2, 2).transpose(0, 2, 1).reshape(-1)
+    return raw[idx]
+
+
+def _patched(src: SourceTensor, mask: MaskEmbedding) -> Iterator[np.ndarray]:
+    first = 0
+    for chunk in iter_raw(src):
+        yield patch_row(chunk, first, mask)
+        first += len(chunk)
+
+
+def encode(src: SourceTensor, qtype: Q, chunks: Iterable[np.ndarray] | None = None) -> Iterator[np.ndarray]:
+    """Read one source tensor in row chunks (or take ``chunks`` of it, storage dtype) and
+    encode each as ``qtype``.
 
     Every encoding here is row-local (ggml blocks never straddle rows), so chunking by rows
     gives the same bytes as encoding the whole tensor at once.
@@ -117,7 +147,7 @@ def encode(src: SourceTensor, qtype: Q) -> Iterator[np.ndarray]:
     quantize = None
     if not passthrough and qtype != Q.F32:
         from ..quants import quantize  # bit-exact ggml encodings (f16/bf16 included)
-    for raw in iter_raw(src):
+    for raw in (iter_raw(src) if chunks is None else chunks):
         if passthrough:
             yield raw
             continue

@@ -5,8 +5,8 @@ testable without weights.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
-from typing import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Mapping, Sequence
 
 from gguf import GGMLQuantizationType as Q
 from gguf import GGUFValueType
@@ -15,6 +15,8 @@ from ..config import DrafterConfig
 from ..errors import ConfigError, UsageError, WeightsError
 from ..formats import Format, meta_from_config
 from ..formats.names import DROPPED_TENSORS, FC, HIDDEN_NORM, OPTIONAL_TENSORS, PRE_FFN_NORM
+
+OPTIONAL_TENSORS_EMBED = "embed_tokens.weight"
 from ..fileio.gguf_writer import tensor_nbytes
 from ..fileio.types import KV
 from ..fileio.safetensors import FLOAT_DTYPES, SourceTensor
@@ -35,6 +37,8 @@ class TensorPlan:
     ggml_type: Q
     nbytes: int
     reason: str
+    # data changed on the way: "neox-permute" (rope_is_neox_style false), "mask-row" (MiMo side file)
+    transform: str | None = None
 
 
 @dataclass(frozen=True)
@@ -63,7 +67,8 @@ class ConversionPlan:
             "kv": [kv.to_json() for kv in self.kvs],
             "tensors": [
                 {"source": t.src, "name": t.dst, "shape": list(t.shape), "ne": list(reversed(t.shape)),
-                 "source_dtype": t.src_dtype, "type": t.ggml_type.name, "nbytes": t.nbytes, "reason": t.reason}
+                 "source_dtype": t.src_dtype, "type": t.ggml_type.name, "nbytes": t.nbytes, "reason": t.reason,
+                 "transform": t.transform}
                 for t in self.tensors
             ],
             "dropped": [{"name": n, "reason": r} for n, r in self.dropped],
@@ -84,6 +89,7 @@ def expected_shapes(cfg: DrafterConfig, target_hidden: int) -> dict[str, tuple[i
     }
     per_layer = {
         "input_layernorm.weight": (H,), PRE_FFN_NORM: (H,),
+        **({"self_attn.attention_sink_bias": (cfg.num_attention_heads,)} if cfg.attention_sink_bias else {}),
         "self_attn.q_proj.weight": (nq, H), "self_attn.k_proj.weight": (nkv, H),
         "self_attn.v_proj.weight": (nkv, H), "self_attn.o_proj.weight": (H, nq),
         "self_attn.q_norm.weight": (hd,), "self_attn.k_norm.weight": (hd,),
@@ -116,6 +122,8 @@ def build_plan(
     target_hidden: int | None = None,
     target_mrope: bool = False,
     name: str | None = None,
+    extra_sources: Mapping[str, SourceTensor] | None = None,
+    mask_row: bool = False,
 ) -> ConversionPlan:
     """Validate the inventory against the config and decide every output tensor and KV.
 
@@ -132,6 +140,11 @@ def build_plan(
     th = target_hidden or cfg.target_hidden_size or cfg.hidden_size
     expected = expected_shapes(cfg, th)
     by_name = {t.name.removeprefix("model."): t for t in inventory}
+    extra = {n: t for n, t in extra_sources.items() if n not in by_name} if extra_sources else {}
+    if mask_row and fmt.name == "lucebox":
+        raise UsageError("mask_embedding.pt: --format lucebox borrows the target's embeddings and cannot carry the "
+                         "drafter's mask row; use --format llama.cpp (or dflash-draft)")
+    by_name.update(extra)
     where = str(inventory[0].file.parent) if inventory else str(cfg.path.parent)
 
     missing = [n for n in expected if n not in by_name]
@@ -187,6 +200,7 @@ def build_plan(
     chosen = sorted([*expected, *optional])
     quant = outtype in ("q8_0", "q4_k_m")
     tensor_plans = _choose_types(fmt, [(n, by_name[n]) for n in chosen], "auto" if quant else outtype)
+    tensor_plans = [_mark_transform(cfg, p, n, mask_row, n in extra) for p, n in zip(tensor_plans, chosen)]
     if cfg.rope_scaling is not None and cfg.rope_scaling.type == "llama3":
         n = cfg.rope_dim // 2
         tensor_plans.insert(0, TensorPlan(None, ROPE_FREQS, (n,), "F32", Q.F32, 4 * n,
@@ -207,7 +221,7 @@ def build_plan(
                                          [(t.dst, t.shape, t.ggml_type) for t in tensor_plans], outtype, where=where)
         by_dst = {t.dst: t for t in tensor_plans}
         tensor_plans = [TensorPlan(by_dst[e.name].src, e.name, e.shape, by_dst[e.name].src_dtype, e.ggml_type,
-                                   e.nbytes, e.reason) for e in entries]
+                                   e.nbytes, e.reason, by_dst[e.name].transform) for e in entries]
     warnings = list(cfg.warnings)
     if fmt.name != "llama.cpp" and cfg.is_causal is None and cfg.layer_types and "sliding_attention" in cfg.layer_types:
         warnings.append("the reference makes sliding layers causal and full layers non-causal; "
@@ -244,6 +258,21 @@ def _choose_types(fmt: Format, items: list[tuple[str, SourceTensor]], outtype: s
             qtype, reason = {"f32": Q.F32, "f16": Q.F16, "bf16": Q.BF16}[outtype], f"--outtype {outtype}"
         plans.append(TensorPlan(t.name, dst, t.shape, t.dtype, qtype, tensor_nbytes(t.shape, qtype), reason))
     return plans
+
+
+NEOX_PERMUTED = ("self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.q_norm.weight",
+                 "self_attn.k_norm.weight")  # mainline's list (biases are not permuted there either)
+
+
+def _mark_transform(cfg: DrafterConfig, p: TensorPlan, name: str, mask_row: bool, from_target: bool) -> TensorPlan:
+    transform, reason = None, p.reason
+    if not cfg.rope_is_neox_style and name.endswith(NEOX_PERMUTED):
+        transform, reason = "neox-permute", reason + "; rows permuted interleaved → NeoX per head"
+    elif mask_row and name == OPTIONAL_TENSORS_EMBED:
+        transform, reason = "mask-row", reason + "; mask row from mask_embedding.pt"
+    if from_target:
+        reason += f"; from the target ({p.src})"
+    return replace(p, transform=transform, reason=reason)
 
 
 def llama3_rope_factors(cfg: DrafterConfig):

@@ -131,11 +131,11 @@ def test_interrupt_leaves_nothing_and_keeps_existing(tmp_path, monkeypatch):
     calls = {"n": 0}
     real = conv.encode
 
-    def flaky(src, qtype):
+    def flaky(src, qtype, chunks=None):
         calls["n"] += 1
         if calls["n"] == 5:
             raise KeyboardInterrupt
-        return real(src, qtype)
+        return real(src, qtype, chunks)
 
     monkeypatch.setattr(conv, "encode", flaky)
     with pytest.raises(KeyboardInterrupt):
