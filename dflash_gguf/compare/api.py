@@ -29,7 +29,7 @@ from ..formats.names import DROPPED_TENSORS, OPTIONAL_TENSORS
 from .diagnose import _diagnose, _flag_outliers
 from .engine import _default_workers, _make_pair, _run
 from .report import EXTRA, MISSING, OUT, CompareReport, TensorComparison
-from .sides import _Files, _Side
+from .sides import _Files, _Side, neox_side
 
 _CHECKPOINT_MODE, _GGUF_MODE = "safetensors-gguf", "gguf-gguf"
 _Matched = list[tuple[TensorComparison, _Side, _Side]]  # a row and its two sides, A first
@@ -62,7 +62,33 @@ def compare_weights(
     report = CompareReport(_CHECKPOINT_MODE, d, Path(gguf_path), fmt.name, None, [], [], requantize,
                            dict(tolerances or {}))
     with _Files() as files:
-        return _measure(report, _pair_checkpoint(report, inventory, f, fmt, files), workers, progress, t0)
+        matched = _pair_checkpoint(report, inventory, f, fmt, files)
+        _apply_conversion_transforms(d, report, matched)
+        return _measure(report, matched, workers, progress, t0)
+
+
+def _apply_conversion_transforms(d: Path, report: CompareReport, matched: _Matched) -> None:
+    """What convert changes on purpose, applied to the checkpoint side (or noted): interleaved
+    rope rows permuted to NeoX, and MiMo's target tables (mask_embedding.pt)."""
+    from ..config import load_config
+    from ..convert.mask_embedding import MASK_FILE
+    from ..convert.plan import NEOX_PERMUTED
+    from ..errors import ConfigError
+
+    try:
+        cfg = load_config(d)
+    except ConfigError:
+        return  # compare needs only the weights; without a readable config nothing was transformed
+    if not cfg.rope_is_neox_style:
+        for i, (row, a, b) in enumerate(matched):
+            if row.source and row.source.endswith(NEOX_PERMUTED):
+                matched[i] = (row, neox_side(a, cfg.head_dim), b)
+        report.notes.append("rope_is_neox_style false: checkpoint Q/K rows compared after the converter's NeoX permutation")
+    if (d / MASK_FILE).is_file():
+        tables = ("token_embd.weight", "output.weight")
+        report.tensors[:] = [r for r in report.tensors if not (r.status == EXTRA and r.gguf_name in tables)]
+        report.notes.append(f"{MASK_FILE}: token_embd/output are the target's (mask row replaced by the side file); "
+                            "not in the checkpoint, not compared")
 
 
 def compare_ggufs(

@@ -92,6 +92,25 @@ class _Files:
         return _Side(e.name, shape, e.ggml_type, e.nbytes, read)
 
 
+def neox_side(side: _Side, head_dim: int) -> _Side:
+    """A checkpoint Q/K weight (rows) or norm (elements) seen in the NeoX order convert writes
+    for ``rope_is_neox_style: false`` checkpoints (per head: even dims, then odd)."""
+    from ..convert.checkpoint import neox_permute
+
+    if len(side.shape) == 1:
+        elem = side.nbytes // side.cols
+        permuted = lambda: neox_permute(side.read(0, 1).reshape(side.cols, elem), head_dim).reshape(-1)  # noqa: E731
+        return _Side(side.name, side.shape, side.qtype, side.nbytes, lambda r0, r1: permuted())
+    row_bytes = side.nbytes // side.rows
+
+    def read(r0: int, r1: int) -> np.ndarray:
+        idx = neox_permute(np.arange(side.rows), head_dim)[r0:r1]
+        whole = side.read(0, side.rows).reshape(side.rows, row_bytes)  # one tensor: what convert holds too
+        return whole[idx].reshape(-1)
+
+    return _Side(side.name, side.shape, side.qtype, side.nbytes, read)
+
+
 def _deq(raw: np.ndarray, t: Q, rows: int, cols: int) -> np.ndarray:
     """Bytes of ``rows`` rows -> float32 (rows, cols), with ggml's float operations (checked bit
     for bit against gguf-py in tests/compare/test_sides.py)."""

@@ -163,3 +163,18 @@ def test_side_file_errors_are_one_line_and_leave_nothing(cli, tmp_path, case, ne
     rc, _, err = cli("convert", drafter, *args, "-o", out)
     assert rc != 0 and needle in err and err.strip().count("\n") == 0, err
     assert not out.exists() and not (tmp_path / "pwned").exists()
+
+
+def test_compare_weights_understands_the_conversion(cli, tmp_path):
+    """compare-weights on a MiMo + interleaved-rope conversion: everything bit-identical (the
+    permutation applied to the checkpoint side, the target tables noted, not flagged)."""
+    import json as _json
+
+    drafter, target = make_mimo(tmp_path, neox=False), target_with_head(tmp_path, tied=False)
+    out = tmp_path / "d.gguf"
+    assert cli("convert", drafter, "--target-dir", target, "-o", out)[0] == 0
+    code, so, err = cli("compare-weights", drafter, out, "--json")
+    doc = _json.loads(so)
+    statuses = {t["status"] for t in doc["tensors"]}
+    assert code == 0 and statuses == {"bit-identical"}, (statuses, err)
+    assert any("mask_embedding.pt" in n for n in doc["notes"])
