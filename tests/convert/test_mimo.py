@@ -178,3 +178,13 @@ def test_compare_weights_understands_the_conversion(cli, tmp_path):
     statuses = {t["status"] for t in doc["tensors"]}
     assert code == 0 and statuses == {"bit-identical"}, (statuses, err)
     assert any("mask_embedding.pt" in n for n in doc["notes"])
+
+
+@pytest.mark.slow
+def test_real_llama_cpp_loads_a_mimo_drafter(cli, tmp_path):
+    from tests.convert.test_llamacpp_ground_truth import load
+
+    drafter, target = make_mimo(tmp_path, neox=False), target_with_head(tmp_path, tied=False)
+    out = tmp_path / "d.gguf"
+    assert cli("convert", drafter, "--target-dir", target, "-o", out)[0] == 0
+    assert load(out) == "LOADED"
