@@ -73,7 +73,8 @@ def write_conversion(conv: Conversion, out: str | Path, *, force: bool = False,
     """Write a planned conversion (atomic, deterministic, streaming: one tensor in memory at a time)."""
     by_name = {t.name: t for t in conv.inventory}
     plan = conv.plan
-    tensors = [TensorOut(p.dst, p.shape, p.ggml_type, p.nbytes, _producer(p, by_name, conv.config)) for p in plan.tensors]
+    tensors = [TensorOut(p.dst, p.shape, p.ggml_type, p.nbytes, _producer(p, by_name, conv.config, plan.generated))
+               for p in plan.tensors]
     report = write_gguf(out, plan.arch, plan.kvs, tensors, force=force, progress=progress)
     return ConvertResult(plan, conv.config, report, conv.target_checks)
 
@@ -99,7 +100,10 @@ def convert(
     return write_conversion(conv, out, force=force, progress=progress)
 
 
-def _producer(p: TensorPlan, by_name: dict[str, SourceTensor], cfg: DrafterConfig) -> Callable[[], object]:
+def _producer(p: TensorPlan, by_name: dict[str, SourceTensor], cfg: DrafterConfig,
+              generated: dict[str, np.ndarray]) -> Callable[[], object]:
+    if p.src is None and p.dst in generated:  # DSpark: d2t, Gemma4's rope_freqs (decided by the plan)
+        return lambda: generated[p.dst]
     if p.src is None:
         assert p.dst == ROPE_FREQS
         return lambda: llama3_rope_factors(cfg)
