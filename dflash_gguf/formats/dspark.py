@@ -56,3 +56,26 @@ def gemma4_gguf_name(src: str) -> str | None:
     if m and m.group(2) in GEMMA4_DSPARK_LAYER:
         return f"blk.{m.group(1)}.{GEMMA4_DSPARK_LAYER[m.group(2)]}"
     return None
+
+
+def dspark_summary(kvs, tensors: dict[str, tuple[int, ...]], arch: str) -> dict | None:
+    """What ``inspect`` says about a DSpark drafter (``tensors``: name -> numpy-order shape), or
+    None for any other file. Values the file does not carry are None."""
+    if not is_dspark(kvs.keys(), tensors, arch):
+        return None
+
+    def value(suffix: str):
+        kv = kvs.get(f"{arch}.{suffix}")
+        return None if kv is None else kv.value
+
+    w1, d2t = tensors.get(MARKOV_W1), tensors.get(D2T)
+    tokens = kvs.get("tokenizer.ggml.tokens")
+    return {
+        "markov_rank": None if w1 is None else int(w1[-1]),
+        "vocab_size": None if tokens is None else len(tokens.value),
+        "draft_vocab_size": int(d2t[-1]) if d2t else None,  # None: the full vocabulary
+        "confidence_head": CONF_PROJ in tensors,
+        "sample_from_anchor": value(SAMPLE_FROM_ANCHOR),
+        "has_confidence_head": value(HAS_CONFIDENCE_HEAD),
+        "gemma4_layout": any(is_gemma4_tensor(n) for n in tensors),
+    }
