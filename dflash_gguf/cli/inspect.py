@@ -12,6 +12,18 @@ from ._app import app
 from ._common import esc, out, print_json
 
 
+def dspark_line(d: dict) -> str:
+    """One line on a DSpark drafter's heads: what the runtime will do with them."""
+    rank = "no Markov head" if d["markov_rank"] is None else f"Markov head rank {d['markov_rank']}"
+    full = d["vocab_size"] if d["vocab_size"] is not None else "?"
+    vocab = (f"full vocabulary ({full})" if d["draft_vocab_size"] is None
+             else f"draft vocabulary {d['draft_vocab_size']} of {full} (d2t)")
+    conf = "confidence head" if d["confidence_head"] else "no confidence head"
+    anchor = {True: "samples the anchor slot", False: "slot 0 is a bonus anchor",
+              None: "sample_from_anchor missing (runtime: true)"}[d["sample_from_anchor"]]
+    return ", ".join([rank, vocab, conf, anchor] + (["Gemma4 block"] if d["gemma4_layout"] else []))
+
+
 @app.command("inspect")
 def inspect_cmd(
     path: Annotated[Path, typer.Argument(help="A GGUF file.")],
@@ -27,6 +39,8 @@ def inspect_cmd(
         out.print(f"  taps (z-lab, output of layer L):      {list(info.taps_zlab)}", markup=False)
         out.print(f"  taps (llama.cpp, input of layer L+1): {[i + 1 for i in info.taps_zlab]}", markup=False)
         out.print(f"  stored in the file:                   {list(info.taps_stored)}", markup=False)
+    if info.dspark is not None:
+        out.print(f"  DSpark: {dspark_line(info.dspark)}", markup=False)
     kv = Table(title=f"metadata ({len(info.kvs)})")
     for c in ("key", "type", "value"):
         kv.add_column(c)

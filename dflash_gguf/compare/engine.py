@@ -52,7 +52,7 @@ def _make_pair(row: TensorComparison, a: _Side, b: _Side, overrides: Mapping[str
     row.reference = "a" if ref is a else "b"
     bd = _pair_band(ref.qtype, oth.qtype, a_is_checkpoint)
     override = overrides.get(oth.qtype.name, overrides.get(ALL_TYPES))
-    if a.shape != b.shape:
+    if _ggml_core(a.shape) != _ggml_core(b.shape):
         row.status, row.detail = SHAPE_MISMATCH, _shape_detail(row.shape, row.gguf_shape)
         return _Pair(row, None, a, b, override, bd)
     if bd.elem_rel is not None and oth.qtype in _FLOATS:
@@ -70,6 +70,15 @@ def _make_pair(row: TensorComparison, a: _Side, b: _Side, overrides: Mapping[str
     chunk_rows = max(1, CHUNK_VALUES // max(ref.cols, 1))
     job = _Job(ref, oth, ref_exact, requant, kind, lim, absf, block, chunk_rows)
     return _Pair(row, job, a, b, override, bd)
+
+
+def _ggml_core(shape: Sequence[int]) -> tuple[int, ...]:
+    """A shape as ggml compares it: outer dimensions of 1 do not count (llama-quantize writes a
+    [1, n] tensor, e.g. DSpark's conf_proj.weight, as [n])."""
+    shape = tuple(shape)
+    while len(shape) > 1 and shape[0] == 1:
+        shape = shape[1:]
+    return shape
 
 
 def _shape_detail(src: Sequence[int], gg: Sequence[int]) -> str:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
-from .dspark import ALL_DSPARK_ARCHS, DSparkSpec, normalize_dspark, parse_dspark
+from .dspark import ALL_DSPARK_ARCHS, DSPARK_ARCHS, DSparkSpec, normalize_dspark, parse_dspark
 from .rope import RopeScaling, parse_rope
 from .values import INT32_MAX, MAX_LAYERS, coerce, flag, read_config_json
 
@@ -48,7 +48,7 @@ class DrafterConfig:
     rope_theta: float
     rope_scaling: RopeScaling | None
     partial_rotary_factor: float | None
-    mask_token_id: int
+    mask_token_id: int | None  # None only for a DSpark export without one (mainline converts it as is)
     target_layer_ids: tuple[int, ...]
     block_size: int
     num_target_layers: int | None
@@ -147,9 +147,13 @@ def parse_config(raw: dict[str, Any], cfg_path: Path) -> DrafterConfig:
     rope = parse_rope(raw, cfg_path)
     r.sources.update(rope.sources)
 
-    mask = r.knob_int("mask_token_id", required=True, lo=0)
+    # DSpark hook: mainline converts a DSpark export without a mask id (and writes none)
+    mask = r.knob_int("mask_token_id", required=arch not in DSPARK_ARCHS, lo=0)
     vocab = r.top_int("vocab_size")
-    if not 0 <= mask < vocab:
+    if mask is None:
+        r.warnings.append("mask_token_id is missing: written without tokenizer.ggml.mask_token_id, as mainline "
+                          "llama.cpp does; its runtime then drafts with mask id -1 (add mask_token_id to config.json)")
+    elif not 0 <= mask < vocab:
         raise ConfigError(f"{cfg_path}: mask_token_id={mask} is outside the vocabulary (vocab_size={vocab})")
 
     num_target_layers = r.top_int("num_target_layers", required=False, hi=MAX_LAYERS)
@@ -231,7 +235,7 @@ def parse_config(raw: dict[str, Any], cfg_path: Path) -> DrafterConfig:
         attention_sink_bias=bool(flag(sink, "dflash_config.attention_sink_bias", cfg_path)),
         attention_value_scale=value_scale,
         rope_is_neox_style=flag(raw.get("rope_is_neox_style"), "rope_is_neox_style", cfg_path) is not False,
-        dspark=parse_dspark(published, arch, vocab, cfg_path) if arch in ALL_DSPARK_ARCHS else None,
+        dspark=parse_dspark(published, arch, vocab, cfg_path, raw) if arch in ALL_DSPARK_ARCHS else None,
         sources=dict(r.sources),
         warnings=tuple(r.warnings),
         raw=raw,

@@ -1,9 +1,9 @@
 """DSpark drafters (DFlash + a semi-autoregressive Markov head): the config knobs they add and
-the two schemas they are published in, normalised to DFlash's before the drafter parser runs.
+the schemas they are published in, normalised to DFlash's before the drafter parser runs.
 
-Ground truth: ``DSparkModel`` / ``Gemma4DSparkModel`` in llama.cpp's converter (vendored in
-llama-cpp-python 0.3.36) and mlx-dspark's ``config.py`` (the reference implementation's
-config reader). Two schemas exist:
+Ground truth: ``DSparkModel`` (``conversion/qwen.py``) and ``Gemma4DSparkModel``
+(``conversion/gemma.py``) in llama.cpp's converter (vendored in llama-cpp-python 0.3.36), and
+mlx-dspark's ``config.py`` (the reference implementation's config reader). Three schemas exist:
 
 - DFlash-lineage (``DSparkDraftModel``, ``Qwen3DSparkModel``, …): Qwen3 keys at the top level,
   taps and mask id at the top level or under ``dflash_config``; the first block slot is
@@ -11,6 +11,10 @@ config reader). Two schemas exist:
 - EAGLE3-style vLLM-speculators exports (``DSparkSpeculator``): the backbone under
   ``transformer_layer_config``, taps as ``aux_hidden_state_layer_ids`` (layer-*input* ids,
   i.e. z-lab id + 1); the first slot is a bonus anchor (``sample_from_anchor`` defaults false).
+- ``Gemma4DSparkModel``: a Gemma 4 block (k=v attention over ``global_head_dim``, GELU,
+  sandwich norms, proportional RoPE). Mainline reads it as a DFlash config (no speculators
+  normalisation) and refuses every variant its runtime lacks; we refuse the same ones, with
+  mainline's reason, before anything else is parsed.
 """
 from __future__ import annotations
 
@@ -24,6 +28,20 @@ from .values import coerce, flag
 DSPARK_ARCHS = ("DSparkDraftModel", "Qwen3DSparkModel", "DSparkSpeculator", "Lfm2DSparkDraftModel", "LingDSparkModel")
 GEMMA4_DSPARK_ARCH = "Gemma4DSparkModel"
 ALL_DSPARK_ARCHS = (*DSPARK_ARCHS, GEMMA4_DSPARK_ARCH)
+# Gemma4TextConfig's RoPE when a config has no rope_parameters (mainline bakes the same default)
+GEMMA4_DEFAULT_ROPE = {"full_attention": {"rope_type": "proportional", "partial_rotary_factor": 0.25,
+                                          "rope_theta": 1000000.0}}
+GEMMA4_ACT = "gelu_pytorch_tanh"
+
+
+@dataclass(frozen=True)
+class Gemma4Layout:
+    """What a Gemma4 DSpark block needs beyond the Qwen3 keys."""
+
+    global_head_dim: int  # the width the drafter's attention really uses (head_dim is the sliding one)
+    num_global_key_value_heads: int  # k = v: one projection serves both
+    rope_type: str  # "default" | "proportional"
+    rotary_fraction: float  # proportional RoPE: the rotated share of each head (rope_freqs masks the rest)
 
 
 @dataclass(frozen=True)
@@ -35,6 +53,9 @@ class DSparkSpec:
     sample_from_anchor: bool  # False: block slot 0 is a bonus anchor passed through unbiased
     markov_head_type: str  # only "vanilla" exists in any runtime
     draft_vocab_size: int  # == vocab_size unless the head predicts a reduced vocabulary (d2t)
+    reduced_vocab: bool = False  # draft_vocab_size < vocab_size: d2t maps draft ids to target ids
+    markov_rank: int | None = None  # from config.json; the tensors decide when absent
+    gemma4_layout: Gemma4Layout | None = None
 
     @property
     def gemma4(self) -> bool:
@@ -43,8 +64,18 @@ class DSparkSpec:
 
 def normalize_dspark(raw: dict[str, Any], arch: str, path: Path) -> dict[str, Any]:
     """The config as the DFlash parser reads it: speculators' nesting flattened and the taps
-    and mask id moved under ``dflash_config`` (only where that object is absent, as mainline).
-    The input dict is not modified."""
+    and mask id moved under ``dflash_config`` (only where that object is absent, as mainline);
+    a Gemma4 DSpark config checked against mainline's refusals and given Gemma 4's default
+    RoPE when it has none. The input dict is not modified.
+
+    Raises:
+        ConfigError: a Gemma4 DSpark variant mainline's converter refuses (its reason, verbatim).
+    """
+    if arch == GEMMA4_DSPARK_ARCH:
+        _refuse_gemma4(raw, path)
+        if not raw.get("rope_parameters"):
+            return {**raw, "rope_parameters": GEMMA4_DEFAULT_ROPE}
+        return raw
     if arch not in DSPARK_ARCHS:
         return raw
     out = dict(raw)
@@ -66,9 +97,11 @@ def normalize_dspark(raw: dict[str, Any], arch: str, path: Path) -> dict[str, An
     return out
 
 
-def parse_dspark(raw: dict[str, Any], arch: str, vocab_size: int, path: Path) -> DSparkSpec | None:
-    """DSpark knobs of a normalised config (``raw`` still holds the published keys), or None
-    for a plain DFlash drafter.
+def parse_dspark(raw: dict[str, Any], arch: str, vocab_size: int, path: Path,
+                 normalized: dict[str, Any] | None = None) -> DSparkSpec | None:
+    """DSpark knobs of a config, or None for a plain DFlash drafter. ``raw`` is the config as
+    published (``sample_from_anchor``'s default depends on its schema); ``normalized`` is what
+    ``normalize_dspark`` made of it (the merged backbone mainline reads everything else from).
 
     Raises:
         ConfigError: a Markov head other than "vanilla", or a draft vocabulary larger than the
@@ -76,17 +109,107 @@ def parse_dspark(raw: dict[str, Any], arch: str, vocab_size: int, path: Path) ->
     """
     if arch not in ALL_DSPARK_ARCHS:
         return None
-    eagle3 = "transformer_layer_config" in raw or "aux_hidden_state_layer_ids" in raw
-    dflash = raw.get("dflash_config") if isinstance(raw.get("dflash_config"), dict) else {}
-    anchor = raw.get("sample_from_anchor")
-    anchor = (not eagle3) if anchor is None else flag(anchor, "sample_from_anchor", path)
-    head = dflash.get("markov_head_type", raw.get("markov_head_type", "vanilla"))
-    if head != "vanilla":
-        raise ConfigError(f"{path}: unsupported markov_head_type {head!r} (only 'vanilla' is supported by any "
-                          "runtime; mainline llama.cpp refuses it too)")
-    draft_vocab = raw.get("draft_vocab_size")
-    draft_vocab = vocab_size if not draft_vocab else coerce(draft_vocab, int, "draft_vocab_size", path)
-    if draft_vocab > vocab_size:
-        raise ConfigError(f"{path}: draft_vocab_size {draft_vocab} exceeds vocab_size {vocab_size}")
+    merged = raw if normalized is None else normalized
+    dflash = merged.get("dflash_config") if isinstance(merged.get("dflash_config"), dict) else {}
+    if arch == GEMMA4_DSPARK_ARCH:
+        # Gemma4DSparkModel subclasses DFlashModel: no speculators schema, anchor sampled by default
+        eagle3 = False
+        anchor = raw.get("sample_from_anchor", True)
+        head = dflash.get("markov_head_type", merged.get("markov_head_type", "vanilla"))
+    else:
+        eagle3 = "transformer_layer_config" in raw or "aux_hidden_state_layer_ids" in raw
+        anchor = raw.get("sample_from_anchor", not eagle3)
+        # DSparkModel reads the head type from the merged top level only (not dflash_config)
+        head = merged.get("markov_head_type", "vanilla")
+        if head != "vanilla":
+            raise ConfigError(f"{path}: unsupported markov_head_type {head!r:.40} (only 'vanilla' is supported); "
+                              "no runtime implements another head and mainline llama.cpp refuses it too")
+    # mainline writes the value as given; an explicit null packs as false
+    anchor = False if anchor is None else flag(anchor, "sample_from_anchor", path)
+    draft = merged.get("draft_vocab_size")
+    draft = vocab_size if not draft else coerce(draft, int, "draft_vocab_size", path)
+    if draft > vocab_size:
+        raise ConfigError(f"{path}: draft_vocab_size {draft} exceeds vocab_size {vocab_size}; the draft vocabulary "
+                          "is a subset of the target's (fix config.json)")
+    rank = merged.get("markov_rank")
+    rank = None if rank is None else coerce(rank, int, "markov_rank", path, lo=0)
     return DSparkSpec(architecture=arch, eagle3_style=eagle3, sample_from_anchor=bool(anchor),
-                      markov_head_type=head, draft_vocab_size=draft_vocab)
+                      markov_head_type=head, draft_vocab_size=draft, markov_rank=rank,
+                      gemma4_layout=_gemma4_layout(merged, path) if arch == GEMMA4_DSPARK_ARCH else None,
+                      reduced_vocab=draft < vocab_size)
+
+
+# --- Gemma4 DSpark: mainline's refusals, in its order, with its reasons ------------------------
+def _gemma4_rope(raw: dict[str, Any]) -> dict[str, Any]:
+    rope = raw.get("rope_parameters") or GEMMA4_DEFAULT_ROPE
+    if not isinstance(rope, dict):
+        return {}
+    if "full_attention" in rope:
+        return rope["full_attention"] if isinstance(rope["full_attention"], dict) else {}
+    # a flat object: transformers' loader mirrors the top-level knobs into it first
+    out = dict(rope)
+    if "rope_type" not in out and out.get("type") is not None:
+        out["rope_type"] = out["type"]
+    if "partial_rotary_factor" not in out and raw.get("partial_rotary_factor") is not None:
+        out["partial_rotary_factor"] = raw["partial_rotary_factor"]
+    return out
+
+
+def _refuse_gemma4(raw: dict[str, Any], path: Path) -> None:
+    def no(reason: str) -> ConfigError:
+        return ConfigError(f"{path}: {reason} (llama.cpp's Gemma4 DSpark runtime has no other variant; "
+                           "mainline's converter refuses it too)")
+
+    n_layers = raw.get("num_hidden_layers")
+    dflash = raw.get("dflash_config") if isinstance(raw.get("dflash_config"), dict) else {}
+    if not raw.get("attention_k_eq_v", False):
+        raise no("Gemma4 DSpark currently requires attention_k_eq_v")
+    if not isinstance(n_layers, int) or raw.get("layer_types") != ["full_attention"] * n_layers:
+        raise no("Gemma4 DSpark currently requires uniform full_attention layer types")
+    if raw.get("hidden_activation", GEMMA4_ACT) != GEMMA4_ACT:
+        raise no(f"Gemma4 DSpark currently requires hidden_activation={GEMMA4_ACT}")
+    if raw.get("attention_bias", False) or raw.get("enable_moe_block", False):
+        raise no("Gemma4 DSpark attention bias and MoE are not supported")
+    if (raw.get("draft_vocab_size") or raw.get("vocab_size")) != raw.get("vocab_size"):
+        raise no("Gemma4 DSpark currently requires a full draft vocabulary")
+    if dflash.get("markov_head_type", raw.get("markov_head_type", "vanilla")) != "vanilla":
+        raise no("Gemma4 DSpark currently requires a vanilla Markov head")
+    if _gemma4_rope(raw).get("rope_type") not in ("default", "proportional"):
+        raise no("Gemma4 DSpark requires default or proportional RoPE")
+    if dflash.get("mask_token_id", raw.get("mask_token_id")) is None:
+        raise no("Gemma4 DSpark requires mask_token_id")
+    for key in ("global_head_dim", "num_global_key_value_heads"):
+        if raw.get(key) is None:
+            raise ConfigError(f"{path}: required key {key} is missing; a Gemma4 DSpark block attends with it "
+                              "(add it to config.json)")
+    if not dflash.get("target_layer_ids", raw.get("target_layer_ids")):
+        raise no("Gemma4 DSpark requires target_layer_ids")
+    if raw.get("final_logit_softcapping"):
+        raise no("Gemma4 DSpark logit softcapping is not supported")
+    if dflash.get("use_swa", False):
+        window = dflash.get("swa_window_size")
+        if window is None:
+            raise ConfigError(f"{path}: dflash_config.use_swa is true but dflash_config.swa_window_size is missing; "
+                              "add the window the drafter was trained with")
+        if isinstance(window, (int, float)) and not isinstance(window, bool) and window <= 0:
+            raise no("Gemma4 DSpark swa_window_size must be positive")
+    rope = _gemma4_rope(raw)
+    if rope.get("rope_type") == "proportional":
+        fraction = rope.get("partial_rotary_factor", 0.25)
+        if isinstance(fraction, bool) or not isinstance(fraction, (int, float)):
+            raise no("Gemma4 DSpark partial_rotary_factor must be numeric")
+        head_dim = raw["global_head_dim"]
+        if isinstance(head_dim, int) and not isinstance(head_dim, bool):
+            n_rot = int(head_dim * float(fraction) / 2)
+            if not 0 < fraction <= 1 or head_dim * float(fraction) != 2 * n_rot:
+                raise no("Gemma4 DSpark rotary dimension count must be positive and even")
+
+
+def _gemma4_layout(raw: dict[str, Any], path: Path) -> Gemma4Layout:
+    rope = _gemma4_rope(raw)
+    return Gemma4Layout(
+        global_head_dim=coerce(raw["global_head_dim"], int, "global_head_dim", path),
+        num_global_key_value_heads=coerce(raw["num_global_key_value_heads"], int, "num_global_key_value_heads", path),
+        rope_type=rope["rope_type"],
+        rotary_fraction=float(rope.get("partial_rotary_factor", 0.25)),
+    )

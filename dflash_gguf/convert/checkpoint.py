@@ -109,6 +109,9 @@ def convert(
 
 
 def _producer(p: TensorPlan, by_name: dict[str, SourceTensor], conv: Conversion) -> Callable[[], object]:
+    generated = conv.plan.generated
+    if p.src is None and p.dst in generated:  # DSpark: d2t, Gemma4's rope_freqs (decided by the plan)
+        return lambda: generated[p.dst]
     if p.src is None:
         assert p.dst == ROPE_FREQS
         return lambda: llama3_rope_factors(conv.config)

@@ -7,6 +7,7 @@ from typing import Any
 
 from ..errors import GGUFFormatError
 from ..formats import detect_format, meta_from_gguf
+from ..formats.dspark import dspark_summary
 from ..fileio.gguf_reader import read_gguf
 
 
@@ -20,6 +21,7 @@ class GGUFInfo:
     kvs: list[dict[str, Any]]
     tensors: list[dict[str, Any]]
     problem: str | None = None  # a drafter (by architecture) whose DFlash keys cannot be read: why
+    dspark: dict[str, Any] | None = None  # DSpark heads and vocabulary (formats.dspark.dspark_summary)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -28,7 +30,7 @@ class GGUFInfo:
                 "zlab_output_of_layer": list(self.taps_zlab),
                 "llamacpp_input_of_layer": [i + 1 for i in self.taps_zlab],
                 "stored": list(self.taps_stored)},
-            "drafter_problem": self.problem, "kv": self.kvs, "tensors": self.tensors,
+            "drafter_problem": self.problem, "dspark": self.dspark, "kv": self.kvs, "tensors": self.tensors,
         }
 
 
@@ -48,6 +50,7 @@ def inspect_gguf(path: str | Path) -> GGUFInfo:
         taps_zlab=None if meta is None else tuple(meta.taps),
         taps_stored=None if meta is None else tuple(fmt.stored_taps(meta)),
         kvs=[kv.to_json() for kv in f.kvs.values()],
+        dspark=None if fmt is None else dspark_summary(f.kvs, f.shapes(), f.arch or ""),  # DSpark hook
         tensors=[{"name": t.name, "ne": list(reversed(t.shape)), "type": t.ggml_type.name, "nbytes": t.nbytes,
                   "offset": t.offset_abs} for t in f.tensors],
     )

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
-from typing import Mapping, Sequence
+from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 
 from gguf import GGMLQuantizationType as Q
 from gguf import GGUFValueType
@@ -20,6 +20,9 @@ OPTIONAL_TENSORS_EMBED = "embed_tokens.weight"
 from ..fileio.gguf_writer import tensor_nbytes
 from ..fileio.types import KV
 from ..fileio.safetensors import FLOAT_DTYPES, SourceTensor
+
+if TYPE_CHECKING:
+    import numpy as np
 
 OUTTYPES = ("auto", "f32", "f16", "bf16", "q8_0", "q4_k_m")
 # general.file_type (llama_ftype) for each outtype
@@ -53,6 +56,7 @@ class ConversionPlan:
     warnings: list[str] = field(default_factory=list)
     taps_zlab: tuple[int, ...] = ()
     taps_stored: tuple[int, ...] = ()
+    generated: dict[str, "np.ndarray"] = field(default_factory=dict)  # src-less tensors' data (DSpark)
 
     @property
     def total_bytes(self) -> int:
@@ -146,13 +150,19 @@ def build_plan(
                          "drafter's mask row; use --format llama.cpp (or dflash-draft)")
     by_name.update(extra)
     where = str(inventory[0].file.parent) if inventory else str(cfg.path.parent)
+    ds = None
+    if cfg.dspark is not None:  # DSpark hook: its heads, d2t, Gemma4's block (convert/dspark.py)
+        from .dspark import plan_dspark
+
+        ds = plan_dspark(cfg, expected, by_name, where)
+        expected, by_name = ds.expected, ds.by_name
 
     missing = [n for n in expected if n not in by_name]
     if missing:
         more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
         raise WeightsError(
             f"{where}: tensor {missing[0]}{more} is missing; config.json implies "
-            f"{len(expected)} tensors ({'DFlash2' if cfg.is_dflash2 else 'DFlash1'}, {cfg.num_hidden_layers} layers). "
+            f"{len(expected)} tensors ({_family(cfg)}, {cfg.num_hidden_layers} layers). "
             "Is the checkpoint complete and does config.json belong to it?"
         )
     dropped: list[tuple[str, str]] = []
@@ -161,7 +171,13 @@ def build_plan(
     for n, t in by_name.items():
         if n in expected:
             continue
-        if n in DROPPED_TENSORS or n.endswith("rotary_emb.inv_freq"):
+        if ds is not None and n in ds.claimed:  # DSpark hook: t2d, a full-vocab lm_head, d2t
+            if n in ds.optional or n == "d2t":
+                continue
+            dropped.append((t.name, ds.claimed[n]))
+        elif ds is not None and n in ds.optional:
+            optional.append(n)
+        elif n in DROPPED_TENSORS or n.endswith("rotary_emb.inv_freq"):
             dropped.append((t.name, DROPPED_TENSORS.get(n, "rotary buffer, recomputed by the runtime")))
         elif n in OPTIONAL_TENSORS:
             if fmt.name == "lucebox":
@@ -187,7 +203,11 @@ def build_plan(
             raise WeightsError(f"{where}: {t.name} has shape {list(t.shape)} but config.json implies {list(shape)}{hint}")
     for n in optional:
         t = by_name[n]
-        if len(t.shape) != 2 or t.shape[1] != cfg.hidden_size:
+        if ds is not None and n in ds.optional:
+            if t.shape != ds.optional[n]:
+                raise WeightsError(f"{where}: {t.name} has shape {list(t.shape)} but config.json implies "
+                                   f"{list(ds.optional[n])}")
+        elif len(t.shape) != 2 or t.shape[1] != cfg.hidden_size:
             raise WeightsError(f"{where}: {t.name} has shape {list(t.shape)}, expected [vocab, {cfg.hidden_size}]")
     for n in [*expected, *optional]:
         t = by_name[n]
@@ -199,8 +219,16 @@ def build_plan(
     # Tensor order: checkpoint names sorted, as llama.cpp's converter iterates them.
     chosen = sorted([*expected, *optional])
     quant = outtype in ("q8_0", "q4_k_m")
-    tensor_plans = _choose_types(fmt, [(n, by_name[n]) for n in chosen], "auto" if quant else outtype)
+    tensor_plans = _choose_types(fmt, [(n, by_name[n]) for n in chosen], "auto" if quant else outtype,
+                                 None if ds is None else ds.gguf_name)
     tensor_plans = [_mark_transform(cfg, p, n, mask_row, n in extra) for p, n in zip(tensor_plans, chosen)]
+    generated = {}
+    if ds is not None:  # DSpark hook: generated rope_freqs first, d2t last (as mainline writes them)
+        head, tail = ds.extra_tensors()
+        gen_plans = [TensorPlan(None, n, a.shape, "generated" if n != "d2t" else "I64", q, a.nbytes, why)
+                     for n, a, q, why in head + tail]
+        tensor_plans = gen_plans[:len(head)] + tensor_plans + gen_plans[len(head):]
+        generated = {n: a for n, a, _q, _why in head + tail}
     if cfg.rope_scaling is not None and cfg.rope_scaling.type == "llama3":
         n = cfg.rope_dim // 2
         tensor_plans.insert(0, TensorPlan(None, ROPE_FREQS, (n,), "F32", Q.F32, 4 * n,
@@ -212,6 +240,8 @@ def build_plan(
         file_type = {"F32": 0, "F16": 1, "BF16": 32}[big.dtype]
     meta = meta_from_config(cfg, n_target_features=cfg.n_taps * th, tokenizer=tokenizer, file_type=file_type,
                             name=name, target_mrope=target_mrope)
+    if ds is not None:  # DSpark hook: sample_from_anchor, has_confidence_head, Gemma4's overrides
+        ds.apply(meta)
     arch, kvs = fmt.kvs(meta)
     if quant:
         # "convert --outtype q*" is "convert --outtype auto, then quantize": same layout, same bytes.
@@ -229,8 +259,12 @@ def build_plan(
     return ConversionPlan(
         format=fmt.name, arch=arch, outtype=outtype, kvs=kvs, tensors=tensor_plans, dropped=dropped,
         sources=dict(cfg.sources), warnings=warnings, taps_zlab=tuple(cfg.target_layer_ids),
-        taps_stored=tuple(fmt.stored_taps(meta)),
+        taps_stored=tuple(fmt.stored_taps(meta)), generated=generated,
     )
+
+
+def _family(cfg: DrafterConfig) -> str:
+    return {"dflash1": "DFlash1", "dflash2": "DFlash2", "dspark": "DSpark", "gemma4-dspark": "Gemma4 DSpark"}[cfg.family]
 
 
 def keep_f32(gguf_name: str, shape: Sequence[int]) -> str | None:
@@ -244,10 +278,11 @@ def keep_f32(gguf_name: str, shape: Sequence[int]) -> str | None:
     return None
 
 
-def _choose_types(fmt: Format, items: list[tuple[str, SourceTensor]], outtype: str) -> list[TensorPlan]:
+def _choose_types(fmt: Format, items: list[tuple[str, SourceTensor]], outtype: str,
+                  rename: "Callable[[Format, str], str | None] | None" = None) -> list[TensorPlan]:
     plans: list[TensorPlan] = []
     for n, t in items:
-        dst = fmt.gguf_name(n)
+        dst = fmt.gguf_name(n) if rename is None else rename(fmt, n)
         assert dst is not None, n
         f32_reason = keep_f32(dst, t.shape)
         if f32_reason:

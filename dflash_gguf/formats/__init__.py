@@ -17,6 +17,7 @@ from ..fileio.gguf_header import show
 from ..fileio.gguf_reader import bad_kv, get_int
 from .meta import ROPE_SECTIONS, DrafterMeta, Format
 from .dflash_draft import DFLASH_DRAFT
+from .dspark import is_dspark
 from .llama_cpp import MAINLINE, PR22105_FORMAT
 from .lucebox import LUCEBOX
 
@@ -172,7 +173,8 @@ def meta_from_gguf(
     if len(fc) != 2:
         raise GGUFFormatError(f"{path}: drafter tensor {fmt.fc_name} has shape {list(reversed(fc))} (ggml ne), but "
                               f"it must be 2-D [n_taps × target hidden, hidden] (corrupt tensor info; re-convert)")
-    meta = DrafterMeta(taps=(), block_size=None, mask_token_id=None, n_target_features=int(fc[-1]))
+    meta = DrafterMeta(taps=(), block_size=None, mask_token_id=None, n_target_features=int(fc[-1]),
+                       dspark=is_dspark(kvs.keys(), tensors, arch or ""))  # DSpark hook (formats/dspark.py)
     consumed: set[str] = {"general.architecture"}
     fmt.parse_dflash(arch, kvs, meta, consumed, path=where)
     meta.file_type = get_int(kvs, "general.file_type", consumed, required=False, path=where)

@@ -24,6 +24,7 @@ class Mainline(Format):
     hidden_norm_name = "enc.output_norm.weight"
     pre_ffn_norm = "ffn_norm.weight"
     supports_dflash2 = True
+    supports_dspark = True
     required_keys = (
         ("{a}.target_layers", "error", "the loader throws 'DFlash model requires target_layers'"),
         ("{a}.attention.layer_norm_rms_epsilon", "error", "the loader requires it"),

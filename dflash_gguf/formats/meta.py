@@ -47,6 +47,7 @@ class DrafterMeta:
     file_type: int | None = None
     quantization_version: int | None = None
     flavor: str | None = None  # lucebox: "qwen35" | "gemma4"
+    dspark: bool = False  # a DSpark drafter (Markov head, d2t): only formats with supports_dspark carry it
 
     def hparam(self, suffix: str, default: Any = None) -> Any:
         for s, v, _t, _st in self.hparams:
@@ -91,6 +92,7 @@ class Format:
     hidden_norm_name: str = "hidden_norm.weight"
     pre_ffn_norm: str = "ffn_norm.weight"
     supports_dflash2: bool = False
+    supports_dspark: bool = False  # formats/dspark.py: the keys and tensors only mainline loads
     archs: tuple[str, ...] = ()
     dflash_keys: tuple[DKey, ...] = ()  # in file order
     # What the loaders need, read by `check`: (key, level, why) with {a} = the arch; level
@@ -109,6 +111,11 @@ class Format:
         if meta.dflash2 and not self.supports_dflash2:
             raise UsageError(
                 f"DFlash2 drafters (conv + candidate selector) load only in mainline llama.cpp; "
+                f"use --format llama.cpp instead of --format {self.name}"
+            )
+        if meta.dspark and not self.supports_dspark:
+            raise UsageError(
+                f"DSpark drafters (Markov head, reduced vocabularies) load only in mainline llama.cpp; "
                 f"use --format llama.cpp instead of --format {self.name}"
             )
         if self.needs_tokenizer and not meta.tokenizer:

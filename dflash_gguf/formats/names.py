@@ -55,11 +55,24 @@ DSPARK_GLOBAL: dict[str, str] = {
 }
 GLOBAL_TENSORS.update(DSPARK_GLOBAL)
 D2T = "d2t"  # DSpark reduced vocab: draft id -> absolute target id, I64, no ".weight" (mainline's name)
+T2D = "t2d"  # DSpark reduced vocab: target-side membership mask; only the trainer uses it (dropped)
+# Gemma4 DSpark's own names (mainline's Gemma4DSparkModel): the sandwich norms, the per-layer
+# output scale, and the confidence head's spelling. Kept out of LAYER_TENSORS on purpose: its
+# post_attention_layernorm is a post-attention norm, not the Qwen pre-FFN norm of the same name.
+GEMMA4_DSPARK_LAYER: dict[str, str] = {
+    "post_attention_layernorm.weight": "post_attention_norm.weight",
+    "pre_feedforward_layernorm.weight": "ffn_norm.weight",
+    "post_feedforward_layernorm.weight": "post_ffw_norm.weight",
+    "layer_scalar": "layer_output_scale.weight",  # no ".weight" on disk (mainline appends it)
+}
+GEMMA4_DSPARK_GLOBAL: dict[str, str] = {"confidence_proj.weight": "conf_proj.weight",
+                                        "confidence_proj.bias": "conf_proj.bias"}
 DFLASH2_GLOBAL = ("candidate_selector.predecessor_codebook", "candidate_selector.successor_codebook",
                   "candidate_selector.hidden_projection.weight")
 # Optional tensors some exports ship; the runtimes borrow the target's when absent.
 OPTIONAL_TENSORS: dict[str, str] = {"embed_tokens.weight": "token_embd.weight", "lm_head.weight": "output.weight"}
 # Known extras with an explicit rule: dropped, and reported as such.
+# (DSpark drafters keep d2t and drop t2d: convert/dspark.py claims both before this table is read.)
 DROPPED_TENSORS: dict[str, str] = {
     "d2t": "reduced-vocab map; z-lab drafters share the target vocab (mainline's converter drops it too)",
     "t2d": "reduced-vocab map; z-lab drafters share the target vocab (mainline's converter drops it too)",

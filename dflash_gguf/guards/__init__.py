@@ -6,4 +6,5 @@ is imported first; findings are reported in that order.
 """
 from . import file_checks  # noqa: F401  (first: integrity findings before drafter ones)
 from . import drafter_checks  # noqa: F401
+from . import dspark_checks  # noqa: F401  (after the drafter checks: DSpark findings refine them)
 from . import pairing  # noqa: F401

@@ -13,6 +13,8 @@ from gguf import GGML_QUANT_SIZES, GGMLQuantizationType as Q
 from ..fileio.gguf_header import GGUFHeader, show
 from ..fileio.header_errors import TruncatedError
 from ..fileio.types import TensorInfo
+from ..formats.names import D2T
+from .dspark_checks import check_d2t_data
 from .findings import Finding, Severity, finding
 from .shards import check_shards
 
@@ -45,6 +47,8 @@ def deep_scan(h: GGUFHeader, progress: Callable[[int], None] | None = None) -> t
         for t in sorted(h.tensors, key=lambda t: t.offset_abs):
             out += _scan_tensor(h, f, t, progress)
             scanned += t.nbytes
+            if t.name == D2T:  # DSpark: the one tensor whose values (ids) are checked, not just scanned
+                out += check_d2t_data(h, f, t)
     return out, scanned
 
 

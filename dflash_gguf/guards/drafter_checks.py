@@ -16,6 +16,7 @@ from ..fileio.string_array import StringArray
 from ..formats import FORMATS, detect_format, meta_from_gguf
 from ..formats.names import DROPPED_TENSORS
 from ..fileio.types import type_name
+from .dspark_checks import dspark_claims, dspark_optional
 from .findings import Finding, Severity, as_int, finding, model_check
 
 # Tensors outside every format's name table that a drafter may carry: the llama3 RoPE table
@@ -74,13 +75,14 @@ def check_drafter(h: GGUFHeader) -> Iterator[Finding]:
 def _drafter_tensors(h: GGUFHeader, fmt) -> Iterator[Finding]:
     n = as_int(h.get(f"{h.arch}.block_count"))
     names = set(h.tensors_by_name)
-    missing = [e for e in fmt.required_tensors(min(n or 0, _MAX_LAYERS)) if e not in names]
+    missing = [e for e in fmt.required_tensors(min(n or 0, _MAX_LAYERS))
+               if e not in names and not dspark_optional(h, fmt, e)]  # DSpark hook: k=v has no attn_v
     if missing:
         shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
         yield _d(h, Severity.ERROR, "drafter-tensor-missing",
                  f"{len(missing)} tensor(s) the {fmt.name} loader needs are missing: {shown}", f"tensor {missing[0]}")
     for name in sorted(names):
-        if name in _EXTRA_TENSORS or fmt.source_name(name) is not None:
+        if name in _EXTRA_TENSORS or fmt.source_name(name) is not None or dspark_claims(fmt, name):  # DSpark hook
             continue
         other = next((f.name for f in FORMATS.values() if f is not fmt and f.source_name(name)), None)
         hint = f" ({other} format's name: converted for another runtime?)" if other else ""

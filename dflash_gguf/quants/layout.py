@@ -15,7 +15,7 @@ from ..errors import QuantizationError
 from ..fileio.gguf_reader import get_int
 from ..fileio.gguf_writer import tensor_nbytes
 from ..fileio.types import KV
-from .policy import ftype_id, layer_of, plan_types, resolve_ftype
+from .policy import ftype_id, ggml_n_dims, layer_of, plan_types, resolve_ftype, tensor_allows_quantization
 
 FLOAT_TYPES = (Q.F32, Q.F16, Q.BF16)
 _SPLIT_KEYS = ("split.no", "split.count", "split.tensors.count")
@@ -54,8 +54,9 @@ def requantize_layout(
     """
     mix = resolve_ftype(ftype)
     if not allow_requantize:
-        for name, _shape, t in tensors:
-            if t not in FLOAT_TYPES:
+        for name, shape, t in tensors:
+            # only a tensor llama-quantize would quantize: an I64 d2t or an F32 norm is copied as is
+            if t not in FLOAT_TYPES and tensor_allows_quantization(name, shape):
                 raise QuantizationError(
                     f"{where}: tensor {name} is already {t.name}; quantizing it again loses precision twice "
                     "(pass --allow-requantize to do it anyway, or start from the F32/F16/BF16 GGUF)")
@@ -73,7 +74,10 @@ def requantize_layout(
     for c in choices:
         src = src_types[c.name]
         quantized = c.ggml_type != src
-        entries.append(QuantEntry(c.name, c.shape, src, c.ggml_type, tensor_nbytes(c.shape, c.ggml_type),
+        # llama.cpp's writer records ggml_n_dims dimensions: outer ne of 1 are dropped (a [1, n]
+        # conf_proj.weight is stored 1-D), so the header bytes only match with the same shape
+        shape = c.shape[len(c.shape) - ggml_n_dims(c.shape):] if c.shape else c.shape
+        entries.append(QuantEntry(c.name, shape, src, c.ggml_type, tensor_nbytes(shape, c.ggml_type),
                                   c.reason if quantized else f"{c.reason} (copied)", quantized))
     out = [kv for kv in kvs if kv.key not in _SPLIT_KEYS + ("general.quantization_version", "general.file_type",
                                                           "general.architecture")]

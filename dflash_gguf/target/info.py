@@ -260,7 +260,7 @@ def check_drafter_fits(target: TargetInfo, drafter: DrafterConfig, fc_in_feature
             f"{target.num_hidden_layers} layers; is this the target it was trained for?"
         )
     n_vocab = min(target.vocab_size, target.n_vocab_tokens)
-    if not 0 <= drafter.mask_token_id < n_vocab:
+    if drafter.mask_token_id is not None and not 0 <= drafter.mask_token_id < n_vocab:  # None: a DSpark export
         problems.append(f"mask_token_id {drafter.mask_token_id} is outside the target vocabulary ({n_vocab} tokens)")
     if problems:
         raise TargetError(f"drafter {drafter.path} does not fit the target: " + "; ".join(problems))
