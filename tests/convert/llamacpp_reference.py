@@ -5,15 +5,19 @@ mainline drafter GGUF holds. Writing its tensor data costs as much as reading a 
 and the published drafters are multi-GB, so the reference runs with one change: gguf-py's
 ``GGUFWriter.write_tensors_to_file`` writes the tensor infos and the padding after them with
 gguf-py's own code, then makes the data section a hole of the size the real write would fill.
-The converter's lazy tensors are never evaluated, every KV and tensor info is what the
-converter decided, and the header bytes and the file size equal a full run's (the tests prove
-it on the fixture drafters).
+No tensor is written, so a lazy tensor is evaluated only where the converter itself does so to
+decide metadata (a ``mask_embedding.pt`` drafter patches the target's embedding eagerly); every
+KV and tensor info is what the converter decided, and the header bytes and the file size equal
+a full run's (the tests prove it on the fixture drafters).
 
 The converter pays ~7 s of imports (torch, transformers) per process, so all the jobs of one
 call run in one process that imports once, each job in a fork of it (its own copy of every
 module global, as in a separate run). Summaries are cached as JSON under
 ``<repo>/.cache/reference-conversions/``, keyed by everything the converter reads (see
 ``cache_key``), so a second run costs nothing.
+
+``llama_load`` loads a GGUF with real llama.cpp without reading tensor data (a default load
+faults in every page of a multi-GB file, holes included).
 """
 from __future__ import annotations
 
@@ -178,7 +182,7 @@ except ImportError:
 def header_only(self, *, progress=False):
     # write_tensors_to_file without the data: gguf-py writes the tensor infos and the padding
     # after them; the data section becomes a hole of the size the real loop would write
-    # (each tensor padded to the alignment), and no lazy tensor is evaluated.
+    # (each tensor padded to the alignment); the lazy tensors are dropped unevaluated.
     self.write_ti_data_to_file()
     for fout, tensors in zip(self.fout, self.tensors):
         self.write_padding(fout, fout.tell())

@@ -68,8 +68,9 @@ def test_header_only_run_writes_the_full_runs_header(runs, i):
     assert h.tensors, "the full run wrote no tensors"
     ho_bytes, full_bytes = ho.read_bytes(), full.read_bytes()
     # Every byte before the data (KVs, tensor infos, padding) and the size are the same ...
-    assert ho_bytes[:h.data_offset] == full_bytes[:h.data_offset]
-    assert len(ho_bytes) == len(full_bytes)
+    first = next((i for i, (a, b) in enumerate(zip(ho_bytes[:h.data_offset], full_bytes)) if a != b), None)
+    assert first is None, f"the header-only run's header differs from byte {first}"
+    assert len(ho_bytes) == len(full_bytes), "file sizes differ"
     # ... and the header-only run wrote no tensor data (the full run did).
     assert not any(ho_bytes[h.data_offset:])
     assert any(full_bytes[h.data_offset:])
