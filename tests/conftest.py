@@ -32,11 +32,13 @@ def cli(capsys):
     return run
 
 
-def rewrite_gguf(src, dst, *, values=None, drop=(), rename=None, data=None, alignment=None, add=None):
+def rewrite_gguf(src, dst, *, values=None, drop=(), rename=None, data=None, alignment=None, add=None, retype=None,
+                 drop_tensors=()):
     """Copy a GGUF key by key and tensor by tensor with gguf-py, changing only what is asked:
     ``values`` {key: new value}, ``drop`` keys, ``rename`` {tensor: new name},
     ``data`` {tensor: fn(array) -> array}, a custom ``alignment``, ``add`` {key: (value, type,
-    sub_type)} appended after the existing keys. Used to plant faults."""
+    sub_type)} appended after the existing keys, ``retype`` {key: GGUFValueType} (a scalar stored
+    as another type), ``drop_tensors``. Used to plant faults."""
     import numpy as np
     from gguf import GGUFReader, GGUFWriter
 
@@ -48,10 +50,13 @@ def rewrite_gguf(src, dst, *, values=None, drop=(), rename=None, data=None, alig
         if k.startswith("GGUF.") or k == "general.architecture" or k in drop:
             continue
         value = (values or {}).get(k, f.contents())
-        w.add_key_value(k, value, f.types[0], sub_type=f.types[1] if len(f.types) > 1 else None)
+        vtype = (retype or {}).get(k, f.types[0])
+        w.add_key_value(k, value, vtype, sub_type=f.types[1] if len(f.types) > 1 else None)
     for k, (value, typ, sub) in (add or {}).items():
         w.add_key_value(k, value, typ, sub_type=sub)
     for t in r.tensors:
+        if t.name in drop_tensors:
+            continue
         arr = np.array(t.data)
         if t.name in (data or {}):
             arr = data[t.name](arr)

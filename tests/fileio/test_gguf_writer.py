@@ -1,0 +1,136 @@
+"""The streaming writer: byte-identical to gguf-py's plain writer, and sparse where data is zero."""
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+from gguf import GGMLQuantizationType, GGUFWriter
+
+from dflash_gguf.errors import OutputError
+from dflash_gguf.fileio import gguf_writer
+from dflash_gguf.fileio.gguf_writer import TensorOut, write_gguf
+from dflash_gguf.fileio.types import kv_str, kv_u32
+
+F32 = GGMLQuantizationType.F32
+KVS = [kv_u32("test.count", 7), kv_str("test.name", "holes")]
+
+
+def tensor(name: str, arr: np.ndarray, chunk_rows: int | None = None) -> TensorOut:
+    """An F32 tensor produced whole, or in row chunks of ``chunk_rows`` (chunks not aligned to
+    the hole pieces are the case where a zero run spans two chunks)."""
+    def produce():
+        if chunk_rows is None:
+            return arr
+        return (arr[i:i + chunk_rows] for i in range(0, arr.shape[0], chunk_rows))
+    return TensorOut(name, arr.shape, F32, arr.nbytes, produce)
+
+
+def plain_gguf(path: Path, tensors: dict[str, np.ndarray]) -> bytes:
+    """The same file written by gguf-py's own writer, which writes every byte."""
+    w = GGUFWriter(path, "test")
+    w.add_uint32("test.count", 7)
+    w.add_string("test.name", "holes")
+    for name, arr in tensors.items():
+        w.add_tensor(name, arr)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path.read_bytes()
+
+
+def allocated(path: Path) -> int:
+    return os.stat(path).st_blocks * 512
+
+
+@pytest.fixture
+def sparse_fs(tmp_path):
+    """Skip where the filesystem does not keep holes (the byte-equality tests still run)."""
+    probe = tmp_path / "probe"
+    with open(probe, "wb") as f:
+        f.truncate(16 << 20)
+    if allocated(probe) >= 1 << 20:
+        pytest.skip("this filesystem stores holes as data")
+    probe.unlink()
+    return tmp_path
+
+
+def mixed_tensors() -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(0)
+    dense = rng.standard_normal((37, 300), dtype=np.float32)
+    zeros = np.zeros((64, 1000), np.float32)
+    spotted = np.zeros((90, 333), np.float32)
+    spotted[0, 0] = 1.0          # nonzero first byte of a piece
+    spotted[45, 17] = -2.5       # one value in the middle of a zero run
+    spotted[-1, -1] = 3.0        # nonzero last byte
+    tail_zero = rng.standard_normal((50, 257), dtype=np.float32)
+    tail_zero[20:] = 0           # the file ends in zeros: the final size must still be right
+    return {"dense": dense, "zeros": zeros, "spotted": spotted, "neg_zero": np.full((10, 100), -0.0, np.float32),
+            "tail_zero": tail_zero}
+
+
+@pytest.mark.parametrize("chunk_rows", [None, 7])
+def test_bytes_equal_gguf_py_plain_write(tmp_path, monkeypatch, chunk_rows):
+    # Small pieces so the small tensors above hold many of them, aligned and not.
+    monkeypatch.setattr(gguf_writer, "HOLE_BYTES", 4096)
+    arrays = mixed_tensors()
+    ours = tmp_path / "ours.gguf"
+    write_gguf(ours, "test", KVS, [tensor(n, a, chunk_rows) for n, a in arrays.items()])
+    assert ours.read_bytes() == plain_gguf(tmp_path / "plain.gguf", arrays)
+
+
+def test_equal_with_real_piece_size_and_chunks_straddling_pieces(tmp_path):
+    rng = np.random.default_rng(1)
+    a = np.zeros((3000, 1001), np.float32)  # 12 MB: pieces of 1 MiB, rows of 4004 bytes
+    a[1234] = rng.standard_normal(1001, dtype=np.float32)
+    arrays = {"a": a, "b": rng.standard_normal((8, 8), dtype=np.float32)}
+    ours = tmp_path / "ours.gguf"
+    write_gguf(ours, "test", KVS, [tensor("a", a, 333), tensor("b", arrays["b"])])
+    assert ours.read_bytes() == plain_gguf(tmp_path / "plain.gguf", arrays)
+
+
+def test_gigabyte_of_zeros_takes_no_disk_blocks(sparse_fs):
+    zero_chunk = np.zeros((16 << 20) // 4, np.float32)  # one buffer handed out 64 times
+    n_chunks = 64
+    t = TensorOut("z", (n_chunks * zero_chunk.size,), F32, n_chunks * zero_chunk.nbytes,
+                  lambda: (zero_chunk for _ in range(n_chunks)))
+    out = sparse_fs / "z.gguf"
+    report = write_gguf(out, "test", KVS, [t])
+    assert report.tensor_bytes == 1 << 30
+    assert out.stat().st_size == report.file_size > 1 << 30
+    assert allocated(out) <= 64 << 10  # the header's block(s) only
+    with open(out, "rb") as f:  # reads back as zeros, to the last byte
+        f.seek(-(8 << 20), os.SEEK_END)
+        assert not any(f.read())
+
+
+def test_zero_run_split_across_unaligned_chunks_is_a_hole(sparse_fs):
+    # Rows of 1,000,004 bytes, one row a chunk: no chunk covers a whole 1 MiB piece on its own,
+    # so the holes come only from a chunk's zero tail and the next chunk's zero head.
+    a = np.zeros((16, 250_001), np.float32)
+    out = sparse_fs / "z.gguf"
+    write_gguf(out, "test", KVS, [tensor("z", a, 1)])
+    assert allocated(out) <= 64 << 10
+
+
+def test_dense_data_is_all_written(sparse_fs):
+    a = np.random.default_rng(2).standard_normal((1024, 1024), dtype=np.float32)  # 4 MiB
+    out = sparse_fs / "d.gguf"
+    write_gguf(out, "test", KVS, [tensor("d", a, 100)])
+    assert allocated(out) >= a.nbytes
+
+
+def test_error_after_a_hole_leaves_the_old_file(tmp_path):
+    out = tmp_path / "o.gguf"
+    out.write_bytes(b"old")
+
+    def produce():
+        yield np.zeros((4 << 20) // 4, np.float32)
+        raise RuntimeError("producer failed")
+    t = TensorOut("z", (2 << 20,), F32, 8 << 20, produce)
+    with pytest.raises(RuntimeError, match="producer failed"):
+        write_gguf(out, "test", KVS, [t], force=True)
+    assert out.read_bytes() == b"old"
+    assert [p.name for p in tmp_path.iterdir()] == ["o.gguf"]  # no temp file left behind
+    with pytest.raises(OutputError, match="already exists"):
+        write_gguf(out, "test", KVS, [tensor("d", np.ones((2, 2), np.float32))])
