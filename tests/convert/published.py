@@ -157,6 +157,31 @@ def sparse_checkpoint(slug: str, dest: Path, *, side_files: bool = True) -> Path
     return weights
 
 
+def sparse_target_weights(slug: str, dest: Path) -> Path | None:
+    """Sparse target weights the converter must read for this entry, or None when it needs none.
+
+    A ``mask_embedding.pt`` makes llama.cpp patch the target's embedding row and copy the target's
+    output head into the draft GGUF, so ``--target-model-dir`` must then hold both tensors (names as
+    the MiMo target index maps them: model.embed_tokens.weight, lm_head.weight)."""
+    if "mask_embedding.pt" not in entry(slug)["side_files"]:
+        return None
+    tc = target_config(slug)
+    tc = {**tc, **tc.get("text_config", {})}
+    vocab, hidden = tc["vocab_size"], tc["hidden_size"]
+    size = nbytes("BF16", [vocab, hidden])
+    header = {"__metadata__": {"format": "pt"},
+              "lm_head.weight": {"dtype": "BF16", "shape": [vocab, hidden], "data_offsets": [0, size]},
+              "model.embed_tokens.weight": {"dtype": "BF16", "shape": [vocab, hidden],
+                                            "data_offsets": [size, 2 * size]}}
+    raw = json.dumps(header, separators=(",", ":")).encode()
+    raw += b" " * (-len(raw) % 8)
+    dest = Path(dest)
+    dest.mkdir(parents=True, exist_ok=True)
+    path = dest / "model.safetensors"
+    write_sparse_safetensors(path, raw, 2 * size)
+    return path
+
+
 def write_tables(slugs: list[str] | None = None) -> None:
     """Refresh tensors.json for the given entries (all that have no published header by default)."""
     for e in load_index():

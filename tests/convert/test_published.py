@@ -15,7 +15,7 @@ import pytest
 from tests.convert import published_tables
 from tests.convert.published import (
     FAMILIES, PUBLISHED, SIDE_FILES, data_bytes, derive_table, drafter_config, load_index,
-    published_header, slug_dir, sparse_checkpoint, tensor_table)
+    published_header, slug_dir, sparse_checkpoint, sparse_target_weights, tensor_table)
 
 ENTRIES = load_index()
 SLUGS = [e["slug"] for e in ENTRIES]
@@ -32,7 +32,7 @@ def test_index_is_well_formed():
         for key in ("config_source", "target_config_source"):
             assert SOURCE_KEYS <= e[key].keys() and isinstance(e[key]["verbatim"], bool), (e["slug"], key)
             assert e[key]["ref"].strip(), (e["slug"], key)
-        assert e["target_vocab"] in {"qwen2", "qwen35", "gemma-4", "muse-glimmer", "lfm2"}, e["slug"]
+        assert e["target_vocab"] in {"qwen2", "qwen35", "gemma-4", "muse-glimmer", "lfm2", "glm"}, e["slug"]
         assert set(e["side_files"]) <= set(SIDE_FILES), e["slug"]
         assert e["weights_file"].endswith(".safetensors"), e["slug"]
         assert e["tensors"] in published_tables.DERIVATIONS, e["slug"]
@@ -153,3 +153,15 @@ def test_published_dflash2_header_is_what_zlabs_model_saves():
     pytest.importorskip("dflash.model")
     slug = "zlab-muse-glimmer-30b-dflash2"
     assert published_tables.reference_table(drafter_config(slug), dflash2=True) == tensor_table(slug)
+
+
+def test_sparse_target_weights_only_where_the_converter_reads_them(tmp_path):
+    from safetensors import safe_open
+
+    made = {e["slug"]: sparse_target_weights(e["slug"], tmp_path / e["slug"]) for e in ENTRIES}
+    assert {s for s, p in made.items() if p} == {e["slug"] for e in ENTRIES if "mask_embedding.pt" in e["side_files"]}
+    path = made["mimo-v2.5-dflash"]
+    with safe_open(str(path), framework="numpy") as f:
+        shapes = {k: f.get_slice(k).get_shape() for k in f.keys()}
+    assert shapes == {"model.embed_tokens.weight": [152576, 4096], "lm_head.weight": [152576, 4096]}
+    assert os.stat(path).st_blocks * 512 < 1 << 20
