@@ -8,6 +8,7 @@ size), so a truncated download is caught up front, naming the tensor and the byt
 """
 from __future__ import annotations
 
+import errno
 import json
 import os
 import struct
@@ -207,12 +208,17 @@ CHUNK_BYTES = 16 << 20  # row chunks of ~16 MiB keep memory flat and malloc recy
 
 
 def read_raw(t: SourceTensor) -> np.ndarray:
-    """The whole tensor, reinterpreted as its storage dtype (BF16 as uint16)."""
-    return next(iter_raw(t, chunk_bytes=max(t.nbytes, 1)))
+    """The whole tensor, reinterpreted as its storage dtype (BF16 as uint16); writable."""
+    raw = next(iter_raw(t, chunk_bytes=max(t.nbytes, 1)))
+    return raw if raw.flags.writeable else raw.copy()
 
 
 def iter_raw(t: SourceTensor, chunk_bytes: int = CHUNK_BYTES):
-    """The tensor in chunks of whole leading-axis slices (rows stay intact), storage dtype."""
+    """The tensor in chunks of whole leading-axis slices (rows stay intact), storage dtype.
+
+    A chunk that lies in a hole of a sparse file is not read: it is a read-only view of shared
+    zeros (the bytes a read would return), so a multi-GB test drafter stored as a header and a
+    hole streams without touching the page cache."""
     storage = _STORAGE[t.dtype]
     if not t.shape:
         rows, row_shape = 1, ()
@@ -221,15 +227,55 @@ def iter_raw(t: SourceTensor, chunk_bytes: int = CHUNK_BYTES):
     row_bytes = t.nbytes // rows if rows else 0
     step = max(1, chunk_bytes // row_bytes) if row_bytes else max(rows, 1)
     with open(t.file, "rb", buffering=0) as f:
-        f.seek(t.offset)
+        size = os.fstat(f.fileno()).st_size
+        pos = t.offset
         for r0 in range(0, max(rows, 1), step):
             n = min(step, rows - r0) if rows else 0
-            buf = np.empty(n * row_bytes if t.shape else t.nbytes, dtype=np.uint8)
-            got = f.readinto(memoryview(buf))
-            if got != buf.nbytes:
-                raise WeightsError(
-                    f"{t.file}: tensor {t.name} ends early ({got:,} of {buf.nbytes:,} bytes read); re-fetch the file")
+            nbytes = n * row_bytes if t.shape else t.nbytes
+            if _in_hole(f.fileno(), pos, nbytes, size):
+                buf = _zeros(nbytes)
+            else:
+                f.seek(pos)
+                buf = np.empty(nbytes, dtype=np.uint8)
+                got = f.readinto(memoryview(buf))
+                if got != buf.nbytes:
+                    raise WeightsError(
+                        f"{t.file}: tensor {t.name} ends early ({got:,} of {buf.nbytes:,} bytes read); re-fetch the file")
+            pos += nbytes
             yield buf.view(storage).reshape((n, *row_shape) if t.shape else ())
+
+
+_SEEK_DATA = getattr(os, "SEEK_DATA", None)
+
+
+def _in_hole(fd: int, pos: int, n: int, size: int) -> bool:
+    """Whether bytes [pos, pos + n) of the file all lie in holes (they read as zeros). Only
+    inside the file: a range past its end must still fail as a short read."""
+    if _SEEK_DATA is None or n == 0 or pos + n > size:
+        return False
+    try:
+        return os.lseek(fd, pos, _SEEK_DATA) >= pos + n
+    except OSError as exc:
+        # ENXIO: no data from pos to the end; anything else (no SEEK_DATA here): read it.
+        return exc.errno == errno.ENXIO
+
+
+_ZEROS = np.zeros(0, dtype=np.uint8)
+
+
+def _zeros(n: int) -> np.ndarray:
+    """``n`` zero bytes, read-only: a view of one shared buffer up to ``CHUNK_BYTES`` (no
+    allocation and no page faults per chunk), a new array beyond."""
+    global _ZEROS
+    if n > CHUNK_BYTES:
+        z = np.zeros(n, dtype=np.uint8)
+        z.flags.writeable = False
+        return z
+    if _ZEROS.size < CHUNK_BYTES:
+        z = np.zeros(CHUNK_BYTES, dtype=np.uint8)
+        z.flags.writeable = False
+        _ZEROS = z
+    return _ZEROS[:n]
 
 
 def to_f32(t: SourceTensor, raw: np.ndarray | None = None) -> np.ndarray:

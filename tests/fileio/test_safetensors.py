@@ -1,4 +1,5 @@
 import json
+import os
 import struct
 
 import numpy as np
@@ -6,7 +7,7 @@ import pytest
 from safetensors.numpy import save_file
 
 from dflash_gguf.errors import OutputError, WeightsError
-from dflash_gguf.fileio.safetensors import read_header, read_inventory, read_raw, to_f32
+from dflash_gguf.fileio.safetensors import SourceTensor, iter_raw, read_header, read_inventory, read_raw, to_f32
 
 from tests.conftest import BROKEN, DRAFTERS
 
@@ -166,3 +167,59 @@ def test_unparseable_index(tmp_path):  # RecursionError before
     (tmp_path / "model.safetensors.index.json").write_bytes(b"[" * 100_000)
     with pytest.raises(WeightsError, match="not a valid safetensors index"):
         read_inventory(tmp_path)
+
+
+def sparse_checkpoint(path, *, sparse: bool):
+    """Three f32 tensors: ``a`` dense, ``z`` (4 MiB of zeros) and ``c`` dense. With ``sparse`` the
+    zeros are never written (a hole, as in the sparse test corpus); otherwise they are bytes."""
+    rng = np.random.default_rng(0)
+    a, c = rng.standard_normal((3, 1000), dtype=np.float32), rng.standard_normal((5, 77), dtype=np.float32)
+    z = np.zeros((1024, 1024), np.float32)
+    header, off = {}, 0
+    for name, arr in (("a", a), ("c", c), ("z", z)):  # safetensors order: by name
+        header[name] = {"dtype": "F32", "shape": list(arr.shape), "data_offsets": [off, off + arr.nbytes]}
+        off += arr.nbytes
+    blob = json.dumps(header).encode()
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(blob)) + blob + a.tobytes() + c.tobytes())
+        if sparse:
+            f.truncate(f.tell() + z.nbytes)
+        else:
+            f.write(z.tobytes())
+    return {"a": a, "c": c, "z": z}
+
+
+@pytest.mark.parametrize("chunk", [1000, 1 << 20, 64 << 20])
+def test_holes_read_as_the_zeros_they_hold(tmp_path, chunk):
+    (tmp_path / "s").mkdir()
+    (tmp_path / "d").mkdir()
+    want = sparse_checkpoint(tmp_path / "s" / "model.safetensors", sparse=True)
+    sparse_checkpoint(tmp_path / "d" / "model.safetensors", sparse=False)
+    for s_t, d_t in zip(read_inventory(tmp_path / "s"), read_inventory(tmp_path / "d")):
+        got_s = np.concatenate(list(iter_raw(s_t, chunk_bytes=chunk)))
+        got_d = np.concatenate(list(iter_raw(d_t, chunk_bytes=chunk)))
+        assert got_s.tobytes() == got_d.tobytes() == want[s_t.name].tobytes(), s_t.name
+        assert read_raw(s_t).flags.writeable  # callers may write into a whole-tensor read
+
+
+def test_hole_chunks_are_shared_read_only_zeros(tmp_path):
+    (tmp_path / "s").mkdir()
+    sparse_checkpoint(tmp_path / "s" / "model.safetensors", sparse=True)
+    if os.stat(tmp_path / "s" / "model.safetensors").st_blocks * 512 >= 4 << 20:
+        pytest.skip("this filesystem stores holes as data")
+    z = next(t for t in read_inventory(tmp_path / "s") if t.name == "z")
+    chunks = list(iter_raw(z, chunk_bytes=1 << 20))
+    # 4 MiB from an offset that is not block-aligned: whole-hole chunks are not read at all ...
+    assert sum(not c.flags.writeable for c in chunks) >= 2
+    with pytest.raises(ValueError):
+        next(c for c in chunks if not c.flags.writeable)[0, 0] = 1.0  # ... and cannot be corrupted
+    assert not any(np.count_nonzero(c) for c in chunks)
+
+
+def test_range_past_the_end_of_a_sparse_file_is_still_a_short_read(tmp_path):
+    path = tmp_path / "model.safetensors"
+    with open(path, "wb") as f:
+        f.truncate(8 << 20)  # all hole
+    t = SourceTensor("w", "F32", (4 << 20,), path, offset=0, nbytes=16 << 20)
+    with pytest.raises(WeightsError, match="ends early"):
+        list(iter_raw(t))
