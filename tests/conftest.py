@@ -32,6 +32,23 @@ def cli(capsys):
     return run
 
 
+@pytest.fixture(scope="session")
+def dspark(tmp_path_factory):
+    """The DSpark cases of tests/convert/dspark_ckpt.py, built and converted (mainline format)
+    once per session: ``{"dirs": {case: dir}, "gguf": {case: path}, "target": dir}``."""
+    from dflash_gguf.convert import convert
+    from tests.convert.dspark_ckpt import CASES, build_case, spm_target_dir
+
+    root = tmp_path_factory.mktemp("dspark")
+    target = spm_target_dir(root)
+    dirs = {n: build_case(root / "ckpt", n) for n in CASES}
+    ggufs = {}
+    for n, d in dirs.items():
+        ggufs[n] = root / f"{n}.gguf"
+        convert(d, ggufs[n], target_dir=target)
+    return {"dirs": dirs, "gguf": ggufs, "target": target}
+
+
 def rewrite_gguf(src, dst, *, values=None, drop=(), rename=None, data=None, alignment=None, add=None, retype=None,
                  drop_tensors=()):
     """Copy a GGUF key by key and tensor by tensor with gguf-py, changing only what is asked:

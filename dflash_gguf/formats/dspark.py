@@ -27,13 +27,12 @@ _BLK = re.compile(r"^blk\.\d+\.(.+)$")
 
 
 def is_dspark(keys: Iterable[str], tensor_names: Iterable[str], arch: str = "dflash") -> bool:
-    """A drafter file is DSpark when it carries a DSpark key or a DSpark tensor."""
+    """A drafter file is DSpark when it carries a DSpark key or a DSpark head tensor (not by
+    Gemma4's layer names alone: a fork format spells its pre-FFN norm post_attention_norm)."""
     keys = set(keys)
     if any(f"{arch}.{s}" in keys for s in DSPARK_HPARAMS):
         return True
-    # Gemma4 DSpark exists only as mainline "dflash"; the dflash-draft forks spell their ordinary
-    # pre-FFN norm "post_attention_norm", which is a Gemma4-only name in mainline.
-    return any(n in DSPARK_GGUF_TENSORS or (arch == "dflash" and is_gemma4_tensor(n)) for n in tensor_names)
+    return any(n in DSPARK_GGUF_TENSORS for n in tensor_names)
 
 
 def is_gemma4_tensor(gguf_name: str) -> bool:

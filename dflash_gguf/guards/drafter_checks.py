@@ -16,7 +16,6 @@ from ..fileio.string_array import StringArray
 from ..formats import FORMATS, detect_format, meta_from_gguf
 from ..formats.names import DROPPED_TENSORS
 from ..fileio.types import type_name
-from .dspark_checks import dspark_claims, dspark_optional
 from .findings import Finding, Severity, as_int, finding, model_check
 
 # Tensors outside every format's name table that a drafter may carry: the llama3 RoPE table
@@ -73,6 +72,8 @@ def check_drafter(h: GGUFHeader) -> Iterator[Finding]:
 
 
 def _drafter_tensors(h: GGUFHeader, fmt) -> Iterator[Finding]:
+    from .dspark_checks import dspark_claims, dspark_optional  # late: its check registers after this module's
+
     n = as_int(h.get(f"{h.arch}.block_count"))
     names = set(h.tensors_by_name)
     missing = [e for e in fmt.required_tensors(min(n or 0, _MAX_LAYERS))

@@ -23,6 +23,7 @@ from ..fileio.types import TensorInfo, type_name
 from ..formats.dspark import (CONF_PROJ, CONF_PROJ_BIAS, DSPARK_GGUF_TENSORS, DSPARK_HPARAMS, MARKOV_W1, MARKOV_W2,
                               MARKOV_W2_SCALE, SAMPLE_FROM_ANCHOR, is_dspark, is_gemma4_tensor)
 from ..formats.names import D2T
+from .drafter_checks import drafter_format
 from .findings import Finding, Severity, as_int, finding, model_check
 
 _ACTS = ("silu", "gelu", "gelu_pytorch_tanh")  # what the dflash loader accepts
@@ -64,8 +65,6 @@ def _vocab(h: GGUFHeader) -> int | None:
 
 @model_check
 def check_dspark(h: GGUFHeader) -> Iterator[Finding]:
-    from .drafter_checks import drafter_format  # late: drafter_checks imports this module's claims
-
     got = drafter_format(h)
     if got is None:
         return

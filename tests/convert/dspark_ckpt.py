@@ -57,23 +57,42 @@ def gemma4_config(**extra) -> dict:
     return cfg
 
 
+def _bf16(x: np.ndarray) -> np.ndarray:
+    """float32 -> bfloat16 bits (round to nearest even), as torch's .to(torch.bfloat16)."""
+    u = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+
+
+def save_safetensors(path: Path, tensors: dict[str, tuple[str, np.ndarray]]) -> None:
+    """A safetensors file from {name: (dtype, storage array)}, written directly: numpy has no
+    bfloat16 and importing torch for it would cost more than every test here."""
+    header, blobs, off = {}, [], 0
+    for name in sorted(tensors):
+        dtype, arr = tensors[name]
+        b = np.ascontiguousarray(arr).tobytes()
+        header[name] = {"dtype": dtype, "shape": list(arr.shape), "data_offsets": [off, off + len(b)]}
+        blobs.append(b)
+        off += len(b)
+    h = json.dumps(header, separators=(",", ":")).encode()
+    h += b" " * (-len(h) % 8)
+    path.write_bytes(len(h).to_bytes(8, "little") + h + b"".join(blobs))
+
+
 def _weights(cfg: dict, rng, *, conf: bool, conf_bias: bool, embed: bool, lm_head: bool | None,
              d2t: np.ndarray | None, t2d: bool) -> dict:
-    import torch
-
     gemma = cfg["architectures"][0] == "Gemma4DSparkModel"
     back = cfg.get("transformer_layer_config", cfg)
     n_taps = len(cfg.get("aux_hidden_state_layer_ids") or cfg.get("target_layer_ids")
-                 or cfg["dflash_config"]["target_layer_ids"])
+                 or (cfg.get("dflash_config") or {}).get("target_layer_ids") or (0, 1, 3))
     draft_vocab = cfg.get("draft_vocab_size") or VOCAB
     hd = cfg["global_head_dim"] if gemma else HD
     kv = cfg["num_global_key_value_heads"] if gemma else KV
 
     def m(*s):
-        return torch.from_numpy(rng.standard_normal(s, dtype=np.float32) * 0.05).to(torch.bfloat16)
+        return "BF16", _bf16(rng.standard_normal(s, dtype=np.float32) * 0.05)
 
     def one(n):
-        return torch.from_numpy(1 + 0.05 * rng.standard_normal(n, dtype=np.float32)).to(torch.bfloat16)
+        return "BF16", _bf16(1 + 0.05 * rng.standard_normal(n, dtype=np.float32))
 
     t = {"fc.weight": m(H, n_taps * H), "hidden_norm.weight": one(H), "norm.weight": one(H)}
     for i in range(back["num_hidden_layers"]):
@@ -100,11 +119,11 @@ def _weights(cfg: dict, rng, *, conf: bool, conf_bias: bool, embed: bool, lm_hea
     if lm_head if lm_head is not None else True:
         t["lm_head.weight"] = m(draft_vocab, H)
     if d2t is not None:
-        t["d2t"] = torch.from_numpy(np.asarray(d2t, dtype=np.int64))
+        t["d2t"] = ("I64", np.asarray(d2t, dtype=np.int64))
         if t2d:
             mask = np.zeros(VOCAB, dtype=bool)
             mask[np.clip(np.arange(len(d2t)) + np.asarray(d2t), 0, VOCAB - 1)] = True
-            t["t2d"] = torch.from_numpy(mask)
+            t["t2d"] = ("BOOL", mask)
     return t
 
 
@@ -119,9 +138,8 @@ def write_dspark(d: Path, cfg: dict, *, seed: int = 11, conf: bool = True, conf_
                  embed: bool = False, lm_head: bool | None = None, d2t: np.ndarray | None = None, t2d: bool = True,
                  drop: tuple[str, ...] = (), replace: dict | None = None) -> Path:
     """Write ``config.json`` + ``model.safetensors`` for ``cfg`` into ``d`` and return ``d``.
-    A reduced ``draft_vocab_size`` gets a ``d2t``/``t2d`` pair unless ``d2t`` is given."""
-    from safetensors.torch import save_file
-
+    A reduced ``draft_vocab_size`` gets a ``d2t``/``t2d`` pair unless ``d2t`` is given;
+    ``replace`` values are (safetensors dtype, storage array)."""
     d.mkdir(parents=True, exist_ok=True)
     if d2t is None and cfg.get("draft_vocab_size") and cfg["draft_vocab_size"] < VOCAB:
         d2t = reduced_d2t(cfg["draft_vocab_size"])
@@ -130,6 +148,54 @@ def write_dspark(d: Path, cfg: dict, *, seed: int = 11, conf: bool = True, conf_
     for name in drop:
         t.pop(name)
     t.update(replace or {})
-    save_file(t, d / "model.safetensors")
+    save_safetensors(d / "model.safetensors", t)
     (d / "config.json").write_text(json.dumps(cfg, indent=1))
+    return d
+
+
+# --- the cases every DSpark test shares: name -> (config, write_dspark options) --------------
+def _gemma4_default_rope() -> dict:
+    cfg = gemma4_config(tie_word_embeddings=True)
+    del cfg["rope_parameters"]  # Gemma 4's default: proportional, a quarter of each head rotated
+    return cfg
+
+
+CASES: dict[str, tuple[dict, dict]] = {
+    # full vocabulary: lm_head dropped, confidence head with bias
+    "draft": (dspark_config("DSparkDraftModel"), {}),
+    # reduced vocabulary: d2t (offsets) + t2d, lm_head kept, own embeddings
+    "qwen3-reduced": (dspark_config("Qwen3DSparkModel", draft_vocab=200), {"embed": True}),
+    # EAGLE3-style speculators export: nested backbone, layer-input taps, bonus anchor, no confidence head
+    "speculator": (dspark_config("DSparkSpeculator", speculators=True, draft_vocab=128), {"conf": False}),
+    # taps and mask under dflash_config, no markov_rank (the tensors say), no lm_head, bias-less confidence head
+    "lfm2": ({**{k: v for k, v in dspark_config("Lfm2DSparkDraftModel").items()
+                 if k not in ("target_layer_ids", "mask_token_id", "markov_rank")},
+              "dflash_config": {"target_layer_ids": [0, 2, 3], "mask_token_id": 499}},
+             {"lm_head": False, "conf_bias": False}),
+    # explicit bonus anchor and an explicit full draft vocabulary
+    "ling": (dspark_config("LingDSparkModel", draft_vocab=VOCAB, sample_from_anchor=False), {}),
+    "gemma4": (gemma4_config(), {}),
+    # no rope_parameters (Gemma 4's default), tied head: no lm_head, own embeddings, no confidence head
+    "gemma4-tied": (_gemma4_default_rope(), {"lm_head": False, "embed": True, "conf": False}),
+}
+
+
+def build_case(root: Path, name: str) -> Path:
+    cfg, opts = CASES[name]
+    return write_dspark(root / name, json.loads(json.dumps(cfg)), **opts)
+
+
+def spm_target_dir(root: Path, layers: int = 5) -> Path:
+    """The SentencePiece fixture target, deepened to ``layers`` in config.json only (converters
+    read the target's config and tokenizer, not its weights)."""
+    import shutil
+
+    from tests.conftest import TARGETS
+
+    d = root / "target"
+    if not d.exists():
+        shutil.copytree(TARGETS / "llama-tiny", d)
+        cfg = json.loads((d / "config.json").read_text())
+        cfg["num_hidden_layers"] = layers
+        (d / "config.json").write_text(json.dumps(cfg))
     return d

@@ -60,3 +60,17 @@ def test_retarget_refuses_two_tensors_with_one_name(cli, tmp_path):
     assert code == 6 and not out.exists()
     assert "fc.weight and dflash_fc.weight would both be named dflash_fc.weight" in se
     assert len(se.strip().splitlines()) == 1
+
+
+def test_dspark_round_trips_in_mainline_and_refuses_fork_formats(cli, dspark, tmp_path):
+    for case in ("qwen3-reduced", "gemma4"):
+        src = dspark["gguf"][case]
+        back = tmp_path / f"{case}.gguf"
+        code, _, se = cli("retarget", src, "--format", "llama.cpp", "-o", back)
+        assert code == 0, se
+        assert back.read_bytes() == src.read_bytes()  # keys, tensors (d2t, Gemma4 names) and bytes kept
+        for fmt in ("llama.cpp-pr22105", "dflash-draft", "lucebox"):
+            out = tmp_path / f"{case}-{fmt}.gguf"
+            code, _, se = cli("retarget", src, "--format", fmt, "-o", out)
+            assert code == 2 and f"use --format llama.cpp instead of --format {fmt}" in se, se
+            assert not out.exists()

@@ -7,7 +7,7 @@ import sys
 from tests.conftest import ROOT
 
 ORDER = ("['check_layout', 'check_trailing', 'check_names'] "
-         "['check_keys', 'check_tokenizer', 'check_tensors', 'check_drafter'] "
+         "['check_keys', 'check_tokenizer', 'check_tensors', 'check_drafter', 'check_dspark'] "
          "['pair_roles', 'pair_vocab', 'pair_drafter']")
 
 

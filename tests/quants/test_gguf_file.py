@@ -234,3 +234,55 @@ def test_custom_alignment_is_honoured(cli, tmp_path):
     assert h.alignment == 64 and h.data_offset % 64 == 0
     assert all((t.offset_abs - h.data_offset) % 64 == 0 for t in h.tensors)
     assert cli("check", out)[0] == 0
+
+
+# --- DSpark drafters: an I64 d2t copied, a [1, n] conf_proj written 1-D, as llama-quantize does ------
+LQ_MANY = r'''
+import sys, llama_cpp
+for src, dst, ftype in zip(*[iter(sys.argv[1:])] * 3):
+    p = llama_cpp.llama_model_quantize_default_params()
+    p.ftype = int(ftype); p.nthread = 2
+    print(dst, llama_cpp.llama_model_quantize(src.encode(), dst.encode(), p), flush=True)
+'''
+DSPARK_QUANT = [(c, f, i) for c in ("qwen3-reduced", "speculator", "gemma4") for f, i in (("q8_0", 7), ("q4_k_m", 15))]
+
+
+def test_dspark_layout_copies_d2t_and_drops_outer_ones():
+    from gguf import GGMLQuantizationType as Q
+
+    from dflash_gguf.quants.layout import requantize_layout
+
+    _, entries = requantize_layout([], [("d2t", (200,), Q.I64), ("conf_proj.weight", (1, 96), Q.BF16),
+                                        ("markov_w1.weight", (512, 32), Q.BF16)], "q8_0")
+    got = {e.name: (e.shape, e.ggml_type, e.quantized) for e in entries}
+    assert got == {"d2t": ((200,), Q.I64, False), "conf_proj.weight": ((96,), Q.BF16, False),
+                   "markov_w1.weight": ((512, 32), Q.Q8_0, True)}
+
+
+@pytest.mark.parametrize("case", ["qwen3-reduced", "gemma4"])
+@pytest.mark.parametrize("ftype", ["q8_0", "q4_k_m"])
+def test_dspark_convert_outtype_equals_convert_then_quantize(cli, dspark, tmp_path, case, ftype):
+    direct, two_step = tmp_path / "direct.gguf", tmp_path / "two.gguf"
+    code, _, se = cli("convert", dspark["dirs"][case], "--target-dir", dspark["target"], "--outtype", ftype,
+                      "-o", direct)
+    assert code == 0, se
+    assert cli("quantize", dspark["gguf"][case], two_step, ftype)[0] == 0
+    assert direct.read_bytes() == two_step.read_bytes()
+
+
+@pytest.mark.slow
+def test_dspark_whole_files_equal_real_llama_quantize_and_load(cli, dspark, tmp_path):
+    pytest.importorskip("llama_cpp")
+    from tests.convert.test_dspark import load_many
+
+    args, pairs = [], []
+    for case, ftype, ftype_id in DSPARK_QUANT:
+        ours, ref = tmp_path / f"{case}-{ftype}-ours.gguf", tmp_path / f"{case}-{ftype}-ref.gguf"
+        assert cli("quantize", dspark["gguf"][case], ours, ftype)[0] == 0
+        args += [str(dspark["gguf"][case]), str(ref), str(ftype_id)]
+        pairs.append((ours, ref))
+    r = subprocess.run([sys.executable, "-c", LQ_MANY, *args], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and r.stdout.count(" 0\n") == len(pairs), r.stderr[-1000:]
+    for ours, ref in pairs:
+        assert ours.read_bytes() == ref.read_bytes(), ours.name
+    assert set(load_many([o for o, _ in pairs]).values()) == {"LOADED"}
