@@ -261,10 +261,13 @@ def compare_with_config(gguf_cfg: DrafterConfig, cfg: DrafterConfig, path) -> li
         if got != want:
             raise WeightsError(f"{path}: {name} is {got} in the GGUF but {want} in {cfg.path}; "
                                "they describe different drafters")
+    def close(got, want) -> bool:  # GGUF floats are float32
+        return got == want or (isinstance(got, float) and isinstance(want, float) and abs(got - want) <= 1e-6 * abs(want))
+
     notes = []
     for name in CONSTANTS:
         got, want = getattr(gguf_cfg, name), getattr(cfg, name)
-        same = got == want or (isinstance(got, float) and isinstance(want, float) and abs(got - want) <= 1e-6 * abs(want))
+        same = close(got, want)
         if name == "is_causal" and not same:
             # the spelling may differ (a missing key reads as non-causal) while every layer agrees
             same = [c for c, _ in _rules(gguf_cfg).layers] == [c for c, _ in _rules(cfg).layers]
@@ -273,7 +276,7 @@ def compare_with_config(gguf_cfg: DrafterConfig, cfg: DrafterConfig, path) -> li
                          "as a runtime would")
     for name in ("attention_sink_bias", "attention_value_scale", "rope_dim"):
         got, want = getattr(gguf_cfg, name), getattr(cfg, name)
-        if got != want and _rules(cfg).source != ZLAB:
+        if not close(got, want) and _rules(cfg).source != ZLAB:
             notes.append(f"{name} is {got} in the GGUF but {want} in config.json; the GGUF's value is used, "
                          "as a runtime would")
     if gguf_cfg.dspark is not None and cfg.dspark is not None:
