@@ -92,28 +92,40 @@ class RopeSpec:
     partial_rotary_factor: float | None = None
     max_position_embeddings: int | None = None
     truncate: bool = True  # yarn only; a bool, so RopeScaling.params (numbers only) cannot carry it
+    # Dims RoPE rotates (vLLM's get_rope: the first int(head_dim * partial_rotary_factor)). None is
+    # transformers' rule, which z-lab runs on: the whole head for default rope, whatever the factor.
+    rotary_dim: int | None = None
+    interleaved: bool = False  # GPT-J pairs (2i, 2i+1) share a frequency instead of NeoX halves (i, i + D/2)
 
 
 def inv_freq(spec: RopeSpec) -> tuple[torch.Tensor, float]:
-    """(inv_freq (D/2,) float32, attention_scaling) exactly as transformers computes them.
+    """(inv_freq (R/2,) float32, attention_scaling) exactly as transformers computes them, R
+    being ``spec.rotary_dim`` when given (vLLM's formulas are transformers' with R for D).
 
     Raises:
         ConfigError: a scaling type the reference does not implement, or partial rotary
-            with a scaled rope (transformers would build cos/sin narrower than the heads and
-            crash in ``apply_rotary_pos_emb``; the reference refuses instead).
+            with a scaled rope under z-lab's rule (transformers would build cos/sin narrower
+            than the heads and crash in ``apply_rotary_pos_emb``; the reference refuses instead).
     """
     kind = "default" if spec.scaling is None else spec.scaling.type
     if kind not in SUPPORTED_ROPE_TYPES:
         raise ConfigError(f"rope type {kind!r} is not implemented by the reference (supported: {', '.join(SUPPORTED_ROPE_TYPES)})")
     base = spec.theta
-    if kind == "default":
+    if spec.rotary_dim is not None:
+        # vLLM's RotaryEmbedding: every formula below with the rotated slice's width as "dim"
+        dim = spec.rotary_dim
+        if not 0 < dim <= spec.head_dim or dim % 2:
+            raise ConfigError(f"rotary dims {dim} must be even and within head_dim {spec.head_dim}")
+    elif kind == "default":
         # transformers' default rope ignores partial_rotary_factor: it rotates the whole head.
         dim = spec.head_dim
+    else:
+        dim = int(spec.head_dim * (spec.partial_rotary_factor or 1.0))
+    if kind == "default":
         return 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.float) / dim)), 1.0
 
     partial = spec.partial_rotary_factor or 1.0
-    dim = int(spec.head_dim * partial)
-    if dim != spec.head_dim:
+    if spec.rotary_dim is None and dim != spec.head_dim:
         raise ConfigError(
             f"partial_rotary_factor={partial} with rope type {kind!r}: z-lab's reference cannot run this "
             "(cos/sin narrower than the heads); not supported"
@@ -175,13 +187,14 @@ class RopeTable:
         positions = torch.arange(length, dtype=torch.float32)
         # An outer product of float32 scalars is exact, so slicing this table gives the same
         # bits as transformers' per-call ``inv_freq @ position_ids``.
-        freqs = positions[:, None] * inv[None, :]  # (L, D/2)
-        emb = torch.cat((freqs, freqs), dim=-1)  # (L, D)
+        freqs = positions[:, None] * inv[None, :]  # (L, R/2)
+        # NeoX: frequency i serves dims i and i + R/2; GPT-J: dims 2i and 2i + 1
+        emb = freqs.repeat_interleave(2, dim=-1) if spec.interleaved else torch.cat((freqs, freqs), dim=-1)  # (L, R)
         self.cos = (emb.cos() * scale).to(device=device, dtype=dtype)
         self.sin = (emb.sin() * scale).to(device=device, dtype=dtype)
 
     def __call__(self, start: int, stop: int) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.cos[start:stop], self.sin[start:stop]  # (L, D) each
+        return self.cos[start:stop], self.sin[start:stop]  # (L, R) each, R = the rotated width
 
 
 def rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -192,6 +205,20 @@ def rotate_half(x: torch.Tensor) -> torch.Tensor:
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     """x (B, nh, L, D); cos/sin (L, D) for exactly those L positions."""
     return (x * cos) + (rotate_half(x) * sin)
+
+
+def rotate_pairs(x: torch.Tensor) -> torch.Tensor:
+    """GPT-J's rotate_every_two: (x0, x1, x2, x3, …) -> (−x1, x0, −x3, x2, …)."""
+    return torch.stack((-x[..., 1::2], x[..., 0::2]), dim=-1).flatten(-2)
+
+
+def apply_rope_slice(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, interleaved: bool) -> torch.Tensor:
+    """vLLM's RotaryEmbedding.forward_static: rotate x[..., :R] (R = cos width), pass the rest
+    through. NeoX pairs dims i and i + R/2 *within the slice*; GPT-J pairs 2i and 2i + 1."""
+    r = cos.shape[-1]
+    rot = x[..., :r]
+    rot = rot * cos + (rotate_pairs(rot) if interleaved else rotate_half(rot)) * sin
+    return rot if r == x.shape[-1] else torch.cat((rot, x[..., r:]), dim=-1)
 
 
 def repeat_kv(x: torch.Tensor, n_rep: int) -> torch.Tensor:
@@ -222,6 +249,34 @@ def attend(
     out = F.scaled_dot_product_attention(
         q, k, v, attn_mask=None if mask is None else mask[None, None], scale=scale, is_causal=causal, **kwargs
     )
+    B, nh, L, D = out.shape
+    return out.transpose(1, 2).reshape(B, L, nh * D)
+
+
+def attend_with_sinks(
+    q: torch.Tensor,  # (B, nh, Lq, D)
+    k: torch.Tensor,  # (B, nkv, Lk, D)
+    v: torch.Tensor,  # (B, nkv, Lk, D)
+    mask: torch.Tensor | None,  # (Lq, Lk) bool, True = visible
+    scale: float,
+    sinks: torch.Tensor,  # (nh,) one logit per query head
+) -> torch.Tensor:
+    """softmax over [q·k·scale …, sink_h] with the sink's column dropped afterwards -> (B, Lq, nh·D).
+
+    The form vLLM hands its kernels (``Attention(sinks=…)``), llama.cpp's
+    ``ggml_soft_max_add_sinks`` and mlx's ``scaled_dot_product_attention(sinks=…)`` all compute:
+    the sink is a logit with no value, added unscaled to the scaled scores, so it only grows
+    the denominator. Eager float32 softmax: SDPA has no sink argument.
+    """
+    groups = q.shape[1] // k.shape[1]
+    if groups > 1:
+        k, v = repeat_kv(k, groups), repeat_kv(v, groups)
+    scores = (q.float() @ k.float().transpose(-1, -2)) * scale  # (B, nh, Lq, Lk)
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    sink = sinks.float().view(1, -1, 1, 1).expand(*scores.shape[:-1], 1)
+    probs = torch.softmax(torch.cat((scores, sink), dim=-1), dim=-1)[..., :-1]
+    out = (probs @ v.float()).to(q.dtype)
     B, nh, L, D = out.shape
     return out.transpose(1, 2).reshape(B, L, nh * D)
 

@@ -1,4 +1,4 @@
-"""DFlash block-diffusion drafter (DFlash1 and DFlash2), top to bottom.
+"""DFlash block-diffusion drafter (DFlash1, DFlash2 and the DSpark backbone), top to bottom.
 
 Mirrors ``dflash/model.py`` of z-lab's PyPI ``dflash`` 0.1.0 (``DFlashDraftModel``,
 ``DFlash2DraftModel``, ``Qwen3DFlashAttention``, ``GroupedDynamicCausalConv``,
@@ -10,6 +10,10 @@ the concatenated outputs of the tapped target layers) go through ``fc`` → ``hi
 become extra keys/values in every layer; the queries are the block [last token, MASK × (B−1)]
 embedded with the *target's* embedding table. The block's K/V are thrown away after the call
 (the loop crops the cache back to the committed prefix), so the cache only ever holds context.
+
+Attention details that differ between published references (sinks, value scale, partial or
+interleaved RoPE, which layers slide or are causal) come from ``rules``; DSpark's heads from
+``dspark``.
 """
 from __future__ import annotations
 
@@ -18,40 +22,25 @@ from torch import nn
 from torch.nn import functional as F
 
 from ..config import DrafterConfig
-from .common import MLP, KVCache, RMSNorm, RopeSpec, RopeTable, apply_rope, attend, visibility_mask, yarn_truncate
+from .common import (MLP, KVCache, RMSNorm, RopeSpec, RopeTable, apply_rope, apply_rope_slice, attend,
+                     attend_with_sinks, visibility_mask, yarn_truncate)
+from .dspark import ConfidenceHead, DSparkLayout, MarkovHead, layout_from_config
+from .rules import AttentionRules, attention_rules
 
 
 def layer_rules(cfg: DrafterConfig) -> list[tuple[bool, int | None]]:
-    """(is_causal, sliding_window) per layer, as z-lab's reference reads them.
-
-    z-lab takes these from transformers' ``Qwen3Config``: ``sliding_window`` only counts when
-    ``use_sliding_window`` is true, missing ``layer_types`` are derived from
-    ``max_window_layers`` (default 28), and only top-level ``is_causal`` overrides the per-layer
-    rule (sliding layers causal, full layers not). The vLLM-only spellings that DrafterConfig
-    also honours (``dflash_config.use_swa``/``swa_window_size``/``causal``) are ignored here.
-    """
-    raw = cfg.raw
-    window = raw.get("sliding_window") if raw.get("use_sliding_window", False) else None
-    types = raw.get("layer_types")
-    if types is None:
-        first = raw.get("max_window_layers", 28)
-        types = ["sliding_attention" if window is not None and i >= first else "full_attention"
-                 for i in range(cfg.num_hidden_layers)]
-    forced = raw.get("is_causal")
-    rules = []
-    for t in types:
-        sliding = t == "sliding_attention"
-        rules.append((sliding if forced is None else bool(forced), window if sliding else None))
-    return rules
+    """(is_causal, sliding_window) per layer under the drafter's rules (see ``rules``)."""
+    return list(attention_rules(cfg).layers)
 
 
 def rope_spec(cfg: DrafterConfig) -> RopeSpec:
+    rules = attention_rules(cfg)
     return RopeSpec(cfg.head_dim, cfg.rope_theta, cfg.rope_scaling, cfg.partial_rotary_factor,
-                    cfg.max_position_embeddings, yarn_truncate(cfg.raw))
+                    cfg.max_position_embeddings, yarn_truncate(cfg.raw), rules.rotary_dim, rules.interleaved)
 
 
 class Attention(nn.Module):
-    def __init__(self, cfg: DrafterConfig, causal: bool, window: int | None):
+    def __init__(self, cfg: DrafterConfig, rules: AttentionRules, causal: bool, window: int | None):
         super().__init__()
         H, nh, nkv, D = cfg.hidden_size, cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
         self.q_proj = nn.Linear(H, nh * D, bias=cfg.attention_bias)
@@ -60,12 +49,16 @@ class Attention(nn.Module):
         self.o_proj = nn.Linear(nh * D, H, bias=cfg.attention_bias)
         self.q_norm = RMSNorm(D, cfg.rms_norm_eps)
         self.k_norm = RMSNorm(D, cfg.rms_norm_eps)
+        # On disk without ".weight": a bare parameter, one logit per query head.
+        self.attention_sink_bias = nn.Parameter(torch.zeros(nh)) if rules.sinks else None
+        self.value_scale = rules.value_scale
+        self.rotary_dim, self.interleaved = rules.rotary_dim, rules.interleaved
         self.head_dim = D
         self.scale = D**-0.5
         self.causal, self.window = causal, window
 
     def forward(self, x, ctx, cos, sin, cache: KVCache, layer: int, pos: int):
-        # x (1, q, H) the block; ctx (1, c, H) fc+hidden_norm features; cos/sin (c+q, D)
+        # x (1, q, H) the block; ctx (1, c, H) fc+hidden_norm features; cos/sin (c+q, R)
         B, q, _ = x.shape
         c = ctx.shape[1]
         D = self.head_dim
@@ -73,12 +66,22 @@ class Attention(nn.Module):
         # Context and block share k_proj/v_proj; the context rows are the "target" half of the keys.
         K = torch.cat([self.k_proj(ctx), self.k_proj(x)], dim=1).view(B, c + q, -1, D)
         V = torch.cat([self.v_proj(ctx), self.v_proj(x)], dim=1).view(B, c + q, -1, D)
+        if self.value_scale is not None:
+            # MiMo: V × scale before attention (vLLM's mimo_v2 and SGLang scale V, so context and
+            # block rows alike; llama.cpp scales the attention output instead: the same without o_proj bias)
+            V = V * self.value_scale
         K = self.k_norm(K).transpose(1, 2)  # (1, nkv, c+q, D)
         V = V.transpose(1, 2)  # (1, nkv, c+q, D)
-        Q = apply_rope(Q, cos[-q:], sin[-q:])  # queries only sit at the block's positions
-        K = apply_rope(K, cos, sin)
+        if self.rotary_dim is None:  # z-lab: transformers' full-head rotate_half, its exact op order
+            Q = apply_rope(Q, cos[-q:], sin[-q:])  # queries only sit at the block's positions
+            K = apply_rope(K, cos, sin)
+        else:
+            Q = apply_rope_slice(Q, cos[-q:], sin[-q:], self.interleaved)
+            K = apply_rope_slice(K, cos, sin, self.interleaved)
         K, V = cache.write(layer, pos, K, V)  # (1, nkv, pos+c+q, D): every committed position
         mask = visibility_mask(q, K.shape[2], causal=self.causal, window=self.window, device=x.device)
+        if self.attention_sink_bias is not None:
+            return self.o_proj(attend_with_sinks(Q, K, V, mask, self.scale, self.attention_sink_bias))
         return self.o_proj(attend(Q, K, V, mask, self.scale))  # (1, q, H)
 
 
@@ -119,9 +122,9 @@ class DynamicConv(nn.Module):
 class DecoderLayer(nn.Module):
     """Pre-norm attention + residual, pre-norm SwiGLU + residual; the norms see the block only."""
 
-    def __init__(self, cfg: DrafterConfig, causal: bool, window: int | None):
+    def __init__(self, cfg: DrafterConfig, rules: AttentionRules, causal: bool, window: int | None):
         super().__init__()
-        self.self_attn = Attention(cfg, causal, window)
+        self.self_attn = Attention(cfg, rules, causal, window)
         self.mlp = MLP(cfg.hidden_size, cfg.intermediate_size)
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
@@ -187,18 +190,53 @@ class CandidateSelector(nn.Module):
 
 class DFlashDrafter(nn.Module):
     """The drafter: ``forward`` gives the final-normed hidden states of the block,
-    ``compute_logits`` turns them into logits through the target's head."""
+    ``compute_logits`` turns them into logits through the target's head (a DSpark drafter's
+    own ``lm_head`` when it ships one)."""
 
-    def __init__(self, cfg: DrafterConfig):
+    def __init__(self, cfg: DrafterConfig, dspark: DSparkLayout | None = None):
         super().__init__()
         self.cfg = cfg
-        self.layers = nn.ModuleList(DecoderLayer(cfg, c, w) for c, w in layer_rules(cfg))
+        self.rules = attention_rules(cfg)
+        self.layers = nn.ModuleList(DecoderLayer(cfg, self.rules, c, w) for c, w in self.rules.layers)
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         feature_width = cfg.n_taps * (cfg.target_hidden_size or cfg.hidden_size)
         self.fc = nn.Linear(feature_width, cfg.hidden_size, bias=False)
         self.hidden_norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         if cfg.is_dflash2:
             self.candidate_selector = CandidateSelector(cfg)
+        self.dspark = self.markov_head = self.confidence_head = self.lm_head = self.embed_tokens = None
+        if cfg.dspark is not None:
+            self._build_dspark(dspark or layout_from_config(cfg))
+
+    def _build_dspark(self, lay: DSparkLayout) -> None:
+        H, R = self.cfg.hidden_size, lay.markov_rank
+        self.dspark = lay
+        if R:
+            self.markov_head = MarkovHead(self.cfg.vocab_size, R, lay.draft_vocab)
+        if lay.confidence:
+            self.confidence_head = ConfidenceHead(H + (R if lay.confidence_with_markov else 0))
+        if lay.own_head:
+            self.lm_head = nn.Linear(H, lay.draft_vocab, bias=False)
+        if lay.own_embed:
+            self.embed_tokens = nn.Embedding(self.cfg.vocab_size, H)
+        if lay.reduced:
+            # the checkpoint's offsets (target = draft + d2t[draft]); an index table, never cast
+            self.register_buffer("d2t", torch.zeros(lay.draft_vocab, dtype=torch.long))
+
+    @property
+    def is_dspark(self) -> bool:
+        return self.dspark is not None
+
+    @property
+    def first_draft_slot(self) -> int:
+        """Block slot of the first prediction: 0 for an anchor-sampling DSpark head, else 1."""
+        return 0 if self.is_dspark and self.cfg.dspark.sample_from_anchor else 1
+
+    def draft_ids(self) -> torch.Tensor | None:
+        """(Vd,) the target id of every draft id, or None for a full-vocabulary head."""
+        if not (self.is_dspark and self.dspark.reduced):
+            return None
+        return torch.arange(self.d2t.numel(), device=self.d2t.device) + self.d2t
 
     @property
     def block_size(self) -> int:
@@ -221,8 +259,11 @@ class DFlashDrafter(nn.Module):
         return KVCache(len(self.layers), self.cfg.num_key_value_heads, self.cfg.head_dim, capacity, p.dtype, p.device)
 
     def embed(self, block_ids: torch.Tensor, embed_weight: torch.Tensor) -> torch.Tensor:
-        """The block's input: raw target embedding rows (no target-side scaling) × input_embedding_scale."""
+        """The block's input: raw target embedding rows (no target-side scaling) × input_embedding_scale.
+        A DSpark drafter that ships ``embed_tokens`` embeds with its own table (mlx-dspark, llama.cpp)."""
         scale = self.cfg.input_embedding_scale
+        if self.embed_tokens is not None:
+            embed_weight = self.embed_tokens.weight
         return F.embedding(block_ids, embed_weight) * (1.0 if scale is None else float(scale))
 
     def forward(
@@ -248,7 +289,11 @@ class DFlashDrafter(nn.Module):
         return self.norm(x)
 
     def compute_logits(self, hidden: torch.Tensor, head_weight: torch.Tensor) -> torch.Tensor:
-        """Target head × output_multiplier, then tanh softcap: the drafter copies the target's output transform."""
+        """Target head × output_multiplier, then tanh softcap: the drafter copies the target's output transform.
+        A DSpark ``lm_head`` replaces the target's head (its own, possibly reduced, vocabulary); the
+        Markov bias is added after the softcap (mlx-dspark's order)."""
+        if self.lm_head is not None:
+            head_weight = self.lm_head.weight
         logits = F.linear(hidden, head_weight)
         mult = self.cfg.output_multiplier
         logits = logits * (1.0 if mult is None else float(mult))

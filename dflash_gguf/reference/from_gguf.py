@@ -16,7 +16,8 @@ from ..config import DrafterConfig, TargetConfig, parse_config, parse_target_con
 from ..errors import ConfigError, GGUFFormatError, QuantizationError, WeightsError
 from ..formats import meta_from_gguf
 from ..fileio.gguf_header import show
-from ..formats.names import BLK_RE, target_hf_name
+from ..formats.names import BLK_RE, D2T, target_hf_name
+from .rules import ZLAB, attention_rules as _rules
 from ..fileio.gguf_reader import GGUFFile, get_bool, get_bools, get_float, get_int, get_str, read_gguf
 from ..fileio.types import TensorInfo
 
@@ -133,8 +134,11 @@ def drafter_from_gguf(path: str | Path) -> tuple[DrafterConfig, dict[str, np.nda
     for key, v in meta.dflash2.items():
         if v < 1:
             raise GGUFFormatError(f"{path}: {k.key(key)} = {v}; DFlash2 sizes are >= 1 (corrupt metadata)")
+    names = {t.name: t for t in f.tensors}
+    dspark = "markov_w1.weight" in names
+    arch = "DSparkDraftModel" if dspark else "DFlash2DraftModel" if meta.dflash2 else "DFlashDraftModel"
     raw: dict[str, Any] = {
-        "architectures": ["DFlash2DraftModel" if meta.dflash2 else "DFlashDraftModel"],
+        "architectures": [arch],
         "model_type": "qwen3",
         "hidden_size": k.int("embedding_length"),
         "intermediate_size": k.int("feed_forward_length"),
@@ -173,9 +177,13 @@ def drafter_from_gguf(path: str | Path) -> tuple[DrafterConfig, dict[str, np.nda
             raw["dflash_config"][name] = k.float(key)
     if meta.mask_token_id is None:
         raise GGUFFormatError(f"{path}: no mask token id in the file; cannot run the drafter")
+    _runtime_knobs(f, k, names, raw, dspark)
     cfg = parse_config(raw, Path(path))
     weights: dict[str, np.ndarray] = {}
     for t in f.tensors:
+        if t.name == D2T:
+            weights["d2t"] = _d2t_offsets(f, t, cfg.vocab_size)
+            continue
         src = fmt.source_name(t.name)
         if src is None:
             if t.name == "rope_freqs.weight":
@@ -185,9 +193,54 @@ def drafter_from_gguf(path: str | Path) -> tuple[DrafterConfig, dict[str, np.nda
     return cfg, weights, fmt.name
 
 
+def _runtime_knobs(f: GGUFFile, k: _Keys, names: dict[str, TensorInfo], raw: dict[str, Any], dspark: bool) -> None:
+    """MiMo's and DSpark's keys and tensors → the config spellings the reference reads.
+
+    Sinks are a tensor (``blk.N.attn_sinks.weight``), the value scale a key, DSpark's head sizes
+    are tensor shapes and ``sample_from_anchor`` a key (absent = true, llama.cpp's default).
+    Such a drafter runs under vLLM's / mlx-dspark's rules (``rules``), where a missing
+    ``is_causal`` can mean "sliding layers causal"; a runtime reads a missing
+    ``attention.causal`` as non-causal everywhere, so that is what the file says.
+    """
+    dc = raw["dflash_config"]
+    if any(n.endswith(".attn_sinks.weight") for n in names):
+        dc["attention_sink_bias"] = True
+    if k.has("attention.value_scale"):
+        dc["attention_value_scale"] = k.float("attention.value_scale")
+    if dspark:
+        w1 = names["markov_w1.weight"]
+        if len(w1.shape) != 2:
+            raise GGUFFormatError(f"{k.path}: markov_w1.weight has shape {list(w1.shape_ne)}; ne {{rank, n_vocab}} expected")
+        raw["markov_rank"] = w1.shape[1]
+        raw["enable_confidence_head"] = "conf_proj.weight" in names
+        if D2T in names:
+            raw["draft_vocab_size"] = names[D2T].n_elements
+        if k.has("sample_from_anchor"):
+            raw["sample_from_anchor"] = get_bool(f.kvs, k.key("sample_from_anchor"), None, path=k.path)
+    if (dspark or "attention_sink_bias" in dc or "attention_value_scale" in dc) and "is_causal" not in raw:
+        raw["is_causal"] = False
+
+
+def _d2t_offsets(f: GGUFFile, t: TensorInfo, vocab: int) -> np.ndarray:
+    """The GGUF's absolute target ids (I64, mainline's layout) as the checkpoint's offsets
+    (``target = draft + d2t[draft]``), so both load paths hold the same tensor.
+
+    Raises:
+        WeightsError: not a 1-D I64 tensor, or ids outside the target vocabulary.
+    """
+    if t.ggml_type.name != "I64" or len(t.shape) != 1:
+        raise WeightsError(f"{f.path}: d2t is {t.ggml_type.name} ne {list(t.shape_ne)}; a 1-D I64 id table expected")
+    ids = np.frombuffer(f.raw(t).tobytes(), dtype="<i8").astype(np.int64)
+    if ids.size and (ids.min() < 0 or ids.max() >= vocab):
+        raise WeightsError(f"{f.path}: d2t holds target ids outside the vocabulary (0..{vocab - 1})")
+    return ids - np.arange(ids.size, dtype=np.int64)
+
+
 def _vocab_from_tensors(f: GGUFFile, path) -> int:
     for t in f.tensors:
         if t.name.startswith("selector_") and t.name != "selector_hidden.weight" and len(t.shape) == 2:
+            return t.shape[0]
+        if t.name == "markov_w1.weight" and len(t.shape) == 2:
             return t.shape[0]
     raise GGUFFormatError(f"{path}: no tokenizer and no vocab size in the file; convert it with --target-gguf")
 
@@ -208,14 +261,32 @@ def compare_with_config(gguf_cfg: DrafterConfig, cfg: DrafterConfig, path) -> li
         if got != want:
             raise WeightsError(f"{path}: {name} is {got} in the GGUF but {want} in {cfg.path}; "
                                "they describe different drafters")
+    def close(got, want) -> bool:  # GGUF floats are float32
+        return got == want or (isinstance(got, float) and isinstance(want, float) and abs(got - want) <= 1e-6 * abs(want))
+
     notes = []
     for name in CONSTANTS:
         got, want = getattr(gguf_cfg, name), getattr(cfg, name)
-        same = got == want or (isinstance(got, float) and isinstance(want, float) and abs(got - want) <= 1e-6 * abs(want))
+        same = close(got, want)
+        if name == "is_causal" and not same:
+            # the spelling may differ (a missing key reads as non-causal) while every layer agrees
+            same = [c for c, _ in _rules(gguf_cfg).layers] == [c for c, _ in _rules(cfg).layers]
         if not same:
             notes.append(f"{name} is {got} in the GGUF but {want} in config.json; the GGUF's value is used, "
                          "as a runtime would")
+    for name in ("attention_sink_bias", "attention_value_scale", "rope_dim"):
+        got, want = getattr(gguf_cfg, name), getattr(cfg, name)
+        if not close(got, want) and _rules(cfg).source != ZLAB:
+            notes.append(f"{name} is {got} in the GGUF but {want} in config.json; the GGUF's value is used, "
+                         "as a runtime would")
+    if gguf_cfg.dspark is not None and cfg.dspark is not None:
+        for name in ("sample_from_anchor", "draft_vocab_size"):
+            got, want = getattr(gguf_cfg.dspark, name), getattr(cfg.dspark, name)
+            if got != want:
+                notes.append(f"DSpark {name} is {got} in the GGUF but {want} in config.json; the GGUF's value is "
+                             "used, as a runtime would")
     return notes
+
 
 
 # --- target (qwen3 / llama GGUF, as llama.cpp's converter writes them) -------------------------

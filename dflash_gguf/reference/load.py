@@ -78,19 +78,36 @@ def _load_into(module: nn.Module, state: dict[str, torch.Tensor], where: str, dt
     for name, t in state.items():
         if tuple(t.shape) != tuple(expected[name].shape):
             raise WeightsError(f"{where}: {name} has shape {tuple(t.shape)}, config implies {tuple(expected[name].shape)}")
-    module.load_state_dict({k: v.to(dtype) for k, v in state.items()}, strict=True, assign=True)
+    # index tables (DSpark's d2t) keep their integer dtype
+    module.load_state_dict({k: v.to(dtype) if v.is_floating_point() else v for k, v in state.items()},
+                           strict=True, assign=True)
     return module.to(device=device).eval()
 
 
 def sanitize_drafter(state: dict[str, torch.Tensor], cfg: DrafterConfig) -> dict[str, torch.Tensor]:
     """The one place raw drafter tensor names get fixed.
 
+    DSpark drafters keep their own ``embed_tokens``/``lm_head`` (mlx-dspark and llama.cpp use
+    them when shipped) and ``d2t`` (checked against ``t2d``, which is then dropped: it is the
+    same map seen from the target side).
+
     Raises:
-        WeightsError: reduced-vocabulary maps (``d2t``/``t2d``), which z-lab's reference lacks.
+        WeightsError: reduced-vocabulary maps on a DFlash drafter (z-lab's reference has none),
+            or DSpark maps that map outside the vocabulary or disagree with each other.
     """
-    if "d2t" in state or "t2d" in state:
-        raise WeightsError(f"{cfg.path.parent}: d2t/t2d reduced-vocabulary maps are not supported by the reference")
-    out = {k: v for k, v in state.items() if k not in DRAFTER_UNUSED}
+    from .dspark import check_vocab_maps
+
+    where = str(cfg.path.parent)
+    # MiMo's shards name tensors "model.layers.N…"; convert strips the prefix the same way
+    state = {k.removeprefix("model."): v for k, v in state.items()}
+    if cfg.dspark is None:
+        if "d2t" in state or "t2d" in state:
+            raise WeightsError(f"{where}: d2t/t2d reduced-vocabulary maps are not supported by the reference "
+                               "for DFlash drafters")
+        out = {k: v for k, v in state.items() if k not in DRAFTER_UNUSED}
+    else:
+        check_vocab_maps(state, cfg.vocab_size, where)
+        out = {k: v for k, v in state.items() if k not in ("t2d", "rotary_emb.inv_freq")}
     for name in ("predecessor_codebook", "successor_codebook"):
         # On disk these have no ".weight"; a transformers save_pretrained of nn.Embedding adds it.
         key = f"candidate_selector.{name}"
@@ -127,11 +144,16 @@ def drafter_from_state(cfg: DrafterConfig, state: dict[str, torch.Tensor], *, dt
     Raises:
         WeightsError: missing / unexpected tensors or a shape the config does not imply.
     """
+    from .dspark import layout_from_state
+    from .rules import attention_rules
+
+    attention_rules(cfg)  # a backbone the reference does not implement fails here, by name
+    state = sanitize_drafter(state, cfg)
     _check_depth(state, cfg.num_hidden_layers, "layers.", str(cfg.path.parent))
+    layout = layout_from_state(cfg, state) if cfg.dspark is not None else None
     with torch.device("meta"):
-        module = DFlashDrafter(cfg)
-    return _load_into(module, sanitize_drafter(state, cfg), str(cfg.path.parent), resolve_dtype(dtype),
-                      resolve_device(device))
+        module = DFlashDrafter(cfg, layout)
+    return _load_into(module, state, str(cfg.path.parent), resolve_dtype(dtype), resolve_device(device))
 
 
 def target_from_state(spec: TargetSpec, state: dict[str, torch.Tensor], *, dtype="float32", device="auto",
@@ -147,7 +169,7 @@ def target_from_state(spec: TargetSpec, state: dict[str, torch.Tensor], *, dtype
 
 def load_drafter(drafter_dir: str | Path, *, dtype: str | torch.dtype = "float32",
                  device: str | torch.device = "auto") -> DFlashDrafter:
-    """Load a DFlash1/DFlash2 drafter from its HF directory.
+    """Load a DFlash1/DFlash2/DSpark drafter from its HF directory.
 
     Raises:
         ConfigError: config.json missing or invalid.

@@ -20,19 +20,24 @@ most the last N committed positions as context (older llama.cpp's ``cross_ctx`` 
 round the draft cache's ``window_start`` moves to ``start − N``, so attention sees only the K/V
 of positions [start − N, start) plus the block, each still at its absolute RoPE position.
 
+A DSpark drafter runs the same loop with its own block layout (``drafting``): the drafter
+always sees its trained width B, drafts B tokens (``sample_from_anchor``) or B − 1, each
+through its Markov chain, and the target verifies [last committed token, drafts…].
+
 Caches, the feature buffer, the output buffer and the RoPE tables are allocated once per
-``Workspace``; nothing is reallocated per step.
+``Workspace``; nothing is reallocated per step. The teacher-forced replay lives in ``replay``.
 """
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import Sequence
 
 import torch
 
-from .common import KVCache, RopeTable
+from .common import RopeTable
 from .drafter import DFlashDrafter
+from .drafting import block_shape, draft
 from .sampling import rejection_sample, sample, sample_probs, sampling_probs, validate_sampling
 from .target import Target
 
@@ -42,13 +47,14 @@ class Step:
     """One draft → verify round."""
 
     start: int  # index of the block's first token (the last committed one)
-    block: list[int]  # what the drafter was fed: [last committed token, MASK × (verify_size − 1)]
-    draft: list[int]  # the drafter's tokens for block[1:] (empty when verify_size == 1)
+    block: list[int]  # what the drafter was fed: [last committed token, MASK × (width − 1)]
+    draft: list[int]  # the drafted tokens, verified after the last committed one (empty when none)
     accepted: int  # leading draft tokens the target agreed with
     bonus: int  # the target's token after the accepted drafts
     produced: int  # tokens committed: accepted + 1, cut by max_new_tokens or a stop token
     context: torch.Tensor | None = field(default=None, repr=False)  # (c, T·H) features fed this round (record=True)
-    draft_logits: torch.Tensor | None = field(default=None, repr=False)  # (verify_size − 1, V) (record=True)
+    draft_logits: torch.Tensor | None = field(default=None, repr=False)  # (len(draft), V') (record=True)
+    confidence: list[float] | None = None  # DSpark confidence head, one per drafted token
 
 
 @dataclass
@@ -80,7 +86,7 @@ class GenerationResult:
 class Workspace:
     """Everything a generation of up to ``capacity`` positions needs, allocated once."""
 
-    def __init__(self, drafter: DFlashDrafter, target: Target, capacity: int):
+    def __init__(self, drafter: DFlashDrafter, target: Target, capacity: int, block_size: int | None = None):
         p = target.lm_head.weight
         if drafter.fc.weight.device != p.device or drafter.fc.weight.dtype != p.dtype:
             raise ValueError(f"drafter ({drafter.fc.weight.device}, {drafter.fc.weight.dtype}) and target "
@@ -89,8 +95,10 @@ class Workspace:
         self.target_cache = target.new_cache(capacity)
         self.target_rope = RopeTable(target.spec.rope, capacity, p.dtype, p.device)
         self.ids = torch.empty((1, capacity + 1), dtype=torch.long, device=p.device)  # +1: the bonus slot past the end
-        self.draft_cache = drafter.new_cache(capacity)
-        self.draft_rope = RopeTable(drafter.rope_spec, capacity, p.dtype, p.device)
+        # a DSpark block keeps its full width up to the last round: its rows may reach past capacity
+        self.draft_capacity = capacity + ((block_size or drafter.block_size) if drafter.is_dspark else 0)
+        self.draft_cache = drafter.new_cache(self.draft_capacity)
+        self.draft_rope = RopeTable(drafter.rope_spec, self.draft_capacity, p.dtype, p.device)
         self.features = torch.empty((capacity, drafter.fc.in_features), dtype=p.dtype, device=p.device)
 
 
@@ -152,18 +160,18 @@ def generate(
         raise ValueError(f"block_size must be >= 1, got {B}")
     if draft_context is not None and draft_context < 1:
         raise ValueError(f"draft_context must be >= 1 or None, got {draft_context}")
-    taps = drafter.target_layer_ids if B > 1 else ()
+    taps = drafter.target_layer_ids if block_shape(drafter, B, B + 1)[2] > 0 else ()  # no drafts: no features
     target.check_taps(drafter.target_layer_ids)
     max_length = n + max_new_tokens
-    ws = workspace or Workspace(drafter, target, max_length)
-    if ws.capacity < max_length or ws.drafter is not drafter or ws.target is not target:
+    ws = workspace or Workspace(drafter, target, max_length, B)
+    need = max_length + (B if drafter.is_dspark else 0)
+    if ws.capacity < max_length or ws.draft_capacity < need or ws.drafter is not drafter or ws.target is not target:
         raise ValueError(f"workspace is for other models or too small ({ws.capacity} < {max_length} positions)")
     device = ws.ids.device
     gen = None
     if seed is not None:
         gen = torch.Generator(device=device)
         gen.manual_seed(seed)
-    is_dflash2 = drafter.cfg.is_dflash2
     embed_w, head_w = target.embed_weight, target.head_weight
     ids = ws.ids
     ids.fill_(drafter.mask_token_id)  # unwritten slots are MASK, so a block slice is [token, MASK...]
@@ -184,38 +192,31 @@ def generate(
     start = n
     stopped = stop is not None and bool(torch.isin(ids[:, start], stop).any())
     while start + 1 < max_length and not stopped:
-        vs = min(B, max_length - start)
-        block = ids[:, start:start + vs].clone()  # (1, vs)
-        fed = block[0].tolist()
-        context = draft_logits = draft_probs = draft_indices = None
-        if vs > 1:
+        width, first, n_draft = block_shape(drafter, B, max_length - start)
+        block = ids[:, start:start + n_draft + 1].clone()  # (1, n_draft+1): [last committed, MASK…], drafts go in [1:]
+        fed = [int(ids[0, start])] + [drafter.mask_token_id] * (width - 1)
+        context = d = None
+        if n_draft > 0:
             context = feats[dcache.length:start]  # (c, T·H): positions committed since the last draft
             if record:
                 context = context.clone()
             if draft_context is not None:
                 dcache.window_start = max(0, start - draft_context)  # attend to [start − N, start) + block
-            hidden = drafter(drafter.embed(block, embed_w), context[None], ws.draft_rope, dcache)[:, 1 - vs:]
+            drafter_block = block if width == n_draft + 1 else torch.tensor([fed], dtype=torch.long, device=device)
+            d = draft(drafter, drafter_block, context[None], ws.draft_rope, dcache, embed_w, head_w, first, n_draft,
+                      temperature, top_p, top_k, gen)
             dcache.crop(start)  # keep only committed context rows; the block's K/V are never reused
-            draft_logits = drafter.compute_logits(hidden, head_w)  # (1, vs−1, V)
-            if is_dflash2:
-                tokens, draft_indices, draft_probs = drafter.candidate_selector.select(
-                    hidden, draft_logits, block[:, 0], temperature, gen)
-                block[:, 1:] = tokens
-            elif temperature > 0:
-                draft_probs = sampling_probs(draft_logits, temperature, top_p, top_k)
-                block[:, 1:] = sample_probs(draft_probs, gen)
-            else:
-                block[:, 1:] = torch.argmax(draft_logits, dim=-1)
+            block[:, 1:] = d.tokens
 
-        logits = target(block, ws.target_rope, tcache, taps, feats)  # (1, vs, V); writes features rows [start, start+vs)
+        logits = target(block, ws.target_rope, tcache, taps, feats)  # (1, n_draft+1, V); writes those feature rows
         if temperature > 0:
             target_probs = sampling_probs(logits, temperature, top_p, top_k)
-            if vs > 1:
-                accepted, bonus = rejection_sample(block[:, 1:], target_probs, draft_probs, draft_indices, gen)
+            if n_draft > 0:
+                accepted, bonus = rejection_sample(block[:, 1:], target_probs, d.probs, d.indices, gen)
             else:
                 accepted, bonus = 0, sample_probs(target_probs[:, -1], gen)[0]
         else:
-            posterior = torch.argmax(logits, dim=-1)  # (1, vs)
+            posterior = torch.argmax(logits, dim=-1)  # (1, n_draft+1)
             accepted = int((block[:, 1:] == posterior[:, :-1]).cumprod(dim=1).sum(dim=1)[0].item())
             bonus = posterior[:, accepted][0]
         ids[:, start:start + accepted + 1] = block[:, :accepted + 1]
@@ -227,9 +228,10 @@ def generate(
                 produced = int(hits[0].item()) + 1
                 stopped = True
         steps.append(Step(
-            start=start, block=fed, draft=block[0, 1:].tolist() if vs > 1 else [], accepted=accepted,
+            start=start, block=fed, draft=block[0, 1:].tolist(), accepted=accepted,
             bonus=int(bonus), produced=produced, context=context if record else None,
-            draft_logits=draft_logits[0].float().clone() if record and draft_logits is not None else None,
+            draft_logits=d.logits[0].float().clone() if record and d is not None else None,
+            confidence=d.confidence[0].float().tolist() if d is not None and d.confidence is not None else None,
         ))
         start += produced
         tcache.crop(start)  # drop the verify rows past the committed prefix
@@ -267,107 +269,3 @@ def greedy_decode(
             break
         tokens = torch.tensor([[tok]], dtype=torch.long, device=p.device)
     return new
-
-
-@dataclass
-class StepInputs:
-    """Exactly what the reference drafter saw in one round."""
-
-    start: int  # absolute position of block[0]
-    context: torch.Tensor  # (c, T·H) features of positions [start − c, start)
-    block: list[int]  # [last committed token, MASK × (q − 1)] at positions [start, start + q)
-    draft_context: int | None = None  # attend to positions [start − draft_context, start) only (None: all)
-
-
-@dataclass
-class StepLogits:
-    start: int
-    logits: torch.Tensor  # (q − 1, V) float32, the other drafter's logits for block[1:]
-    tokens: list[int]  # its greedy choice (argmax; DFlash2: the selector's greedy path)
-    reference_tokens: list[int] | None  # the reference's drafts (greedy runs only)
-    max_abs_diff: float | None  # vs the reference's recorded logits
-
-
-@dataclass
-class TeacherForcedResult:
-    steps: list[StepLogits]
-
-    @property
-    def max_abs_diff(self) -> float | None:
-        diffs = [s.max_abs_diff for s in self.steps if s.max_abs_diff is not None]
-        return max(diffs) if diffs else None
-
-    @property
-    def token_agreement(self) -> float | None:
-        """Share of drafted positions where the other drafter's greedy token equals the reference's."""
-        pairs = [(a, b) for s in self.steps if s.reference_tokens is not None for a, b in zip(s.tokens, s.reference_tokens)]
-        return sum(a == b for a, b in pairs) / len(pairs) if pairs else None
-
-
-def step_inputs(result: GenerationResult) -> list[StepInputs]:
-    """The drafting rounds of a ``record=True`` trajectory, as plain inputs.
-
-    Raises:
-        ValueError: the result was generated without ``record=True``.
-    """
-    out = []
-    for s in result.steps:
-        if not s.draft:
-            continue
-        if s.context is None:
-            raise ValueError("this GenerationResult has no recorded inputs; run generate(..., record=True)")
-        out.append(StepInputs(start=s.start, context=s.context, block=s.block, draft_context=result.draft_context))
-    return out
-
-
-@torch.inference_mode()
-def teacher_forced(
-    drafter: DFlashDrafter | Callable[[StepInputs], torch.Tensor],
-    target: Target,
-    result: GenerationResult,
-) -> TeacherForcedResult:
-    """Replay a recorded trajectory through another drafter and collect its logits per round.
-
-    Every round gets exactly the reference's inputs (context features, block, positions), so
-    errors cannot compound: a difference in round k is that drafter's own. ``drafter`` is a
-    ``DFlashDrafter`` (e.g. loaded from a GGUF) sharing ``target``'s embeddings and head, or a
-    callable taking ``StepInputs`` and returning (q − 1, V) logits (an external runtime).
-    A trajectory generated with ``draft_context`` is replayed with the same cap.
-    """
-    inputs = step_inputs(result)
-    greedy = result.temperature == 0
-    ref_steps = {s.start: s for s in result.steps if s.draft}
-    out: list[StepLogits] = []
-    if isinstance(drafter, DFlashDrafter):
-        p = drafter.fc.weight  # the drafter may differ from the target in dtype (e.g. a GGUF run in bf16)
-        embed_w = target.embed_weight.to(device=p.device, dtype=p.dtype)
-        head_w = target.head_weight.to(device=p.device, dtype=p.dtype)
-        capacity = max((i.start + len(i.block) for i in inputs), default=0)
-        cache: KVCache = drafter.new_cache(capacity)
-        rope = RopeTable(drafter.rope_spec, capacity, p.dtype, p.device)
-    for inp in inputs:
-        ref = ref_steps[inp.start]
-        tokens: list[int]
-        if isinstance(drafter, DFlashDrafter):
-            if cache.length + inp.context.shape[0] != inp.start:
-                raise ValueError(f"trajectory is not contiguous at position {inp.start}")
-            block = torch.tensor([inp.block], dtype=torch.long, device=p.device)
-            ctx = inp.context.to(device=p.device, dtype=p.dtype)[None]
-            cache.window_start = 0 if inp.draft_context is None else max(0, inp.start - inp.draft_context)
-            hidden = drafter(drafter.embed(block, embed_w), ctx, rope, cache)[:, 1:]
-            cache.crop(inp.start)
-            logits = drafter.compute_logits(hidden, head_w)  # (1, q−1, V)
-            if drafter.cfg.is_dflash2:
-                tokens = drafter.candidate_selector.select(hidden, logits, block[:, 0], 0.0)[0][0].tolist()
-            else:
-                tokens = torch.argmax(logits[0], dim=-1).tolist()
-            logits = logits[0].float()
-        else:
-            logits = torch.as_tensor(drafter(inp)).float()
-            tokens = torch.argmax(logits, dim=-1).tolist()
-        diff = None
-        if ref.draft_logits is not None:
-            diff = float((logits.cpu() - ref.draft_logits.cpu()).abs().max().item())
-        out.append(StepLogits(start=inp.start, logits=logits, tokens=tokens,
-                              reference_tokens=list(ref.draft) if greedy else None, max_abs_diff=diff))
-    return TeacherForcedResult(steps=out)

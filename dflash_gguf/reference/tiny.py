@@ -16,6 +16,7 @@ from safetensors.torch import save_file
 
 from ..config import parse_config, load_target_config
 from .drafter import DFlashDrafter
+from .dspark import layout_from_config
 from .target import Target, TargetSpec
 
 
@@ -48,7 +49,10 @@ def drafter_config(target: dict, *, layers: int = 2, block_size: int = 4, taps: 
                    mask_token_id: int | None = None, layer_types: list[str] | None = None,
                    sliding_window: int | None = None, is_causal: bool | None = None, dflash2: bool = False,
                    rope_theta: float = 1_000_000.0, softcap: float | None = None,
-                   output_multiplier: float | None = None, input_embedding_scale: float | None = None) -> dict:
+                   output_multiplier: float | None = None, input_embedding_scale: float | None = None,
+                   dflash_extra: dict | None = None, extra: dict | None = None) -> dict:
+    """A drafter config.json; ``dflash_extra`` is merged into ``dflash_config`` and ``extra`` into
+    the top level (MiMo's knobs, a DSpark architecture and its head sizes, …)."""
     n_target = target["num_hidden_layers"]
     dflash = {
         "mask_token_id": target["vocab_size"] - 1 if mask_token_id is None else mask_token_id,
@@ -87,6 +91,8 @@ def drafter_config(target: dict, *, layers: int = 2, block_size: int = 4, taps: 
         cfg["use_sliding_window"] = True
     if is_causal is not None:
         cfg["is_causal"] = is_causal
+    dflash.update(dflash_extra or {})
+    cfg.update(extra or {})
     return cfg
 
 
@@ -122,11 +128,23 @@ def save_target(path: str | Path, config: dict, *, seed: int = 0, shared: float 
     return path
 
 
-def save_drafter(path: str | Path, config: dict, *, seed: int = 1, residual: float = 1.0) -> Path:
+def save_drafter(path: str | Path, config: dict, *, seed: int = 1, residual: float = 1.0, own_embed: bool = False,
+                 draft_ids: list[int] | None = None) -> Path:
+    """Write a random drafter. DSpark: ``own_embed`` ships an ``embed_tokens`` table, and a reduced
+    head (``draft_vocab_size`` < ``vocab_size``) maps its ids to ``draft_ids`` (default: the even
+    target ids, then the odd ones) through checkpoint-style ``d2t`` offsets and a ``t2d`` mask."""
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
     (path / "config.json").write_text(json.dumps(config, indent=1))
-    model = DFlashDrafter(parse_config(config, path / "config.json"))
+    cfg = parse_config(config, path / "config.json")
+    layout = layout_from_config(cfg, own_embed=own_embed) if cfg.dspark is not None else None
+    model = DFlashDrafter(cfg, layout)
     randomize_(model, seed, residual=residual)
-    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(path / "model.safetensors"))
+    state = {k: v.contiguous() for k, v in model.state_dict().items()}
+    if layout is not None and layout.reduced:
+        spread = [*range(0, cfg.vocab_size, 2), *range(1, cfg.vocab_size, 2)][:layout.draft_vocab]
+        ids = torch.tensor(draft_ids if draft_ids is not None else spread)
+        state["d2t"] = ids - torch.arange(ids.numel())
+        state["t2d"] = torch.zeros(cfg.vocab_size, dtype=torch.bool).index_fill(0, ids, True)
+    save_file(state, str(path / "model.safetensors"))
     return path
