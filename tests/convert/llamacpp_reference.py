@@ -17,7 +17,11 @@ module global, as in a separate run). Summaries are cached as JSON under
 ``cache_key``), so a second run costs nothing.
 
 ``llama_load`` loads a GGUF with real llama.cpp without reading tensor data (a default load
-faults in every page of a multi-GB file, holes included).
+faults in every page of a multi-GB file, holes included). For a corpus of drafters:
+
+    refs = reference_headers([Job(drafter, target), ...], src=llama_src())
+    assert_same_summary(gguf_summary(ours), refs[i], ignore=IGNORED | model_card_keys(refs[i]))
+    assert llama_load(ours) == "LOADED"
 """
 from __future__ import annotations
 
