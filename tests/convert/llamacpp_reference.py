@@ -17,7 +17,11 @@ module global, as in a separate run). Summaries are cached as JSON under
 ``cache_key``), so a second run costs nothing.
 
 ``llama_load`` loads a GGUF with real llama.cpp without reading tensor data (a default load
-faults in every page of a multi-GB file, holes included).
+faults in every page of a multi-GB file, holes included). For a corpus of drafters:
+
+    refs = reference_headers([Job(drafter, target), ...], src=llama_src())
+    assert_same_summary(gguf_summary(ours), refs[i], ignore=IGNORED | model_card_keys(refs[i]))
+    assert llama_load(ours) == "LOADED"
 """
 from __future__ import annotations
 
@@ -44,14 +48,32 @@ from tests.conftest import ROOT
 log = logging.getLogger(__name__)
 CACHE_DIR = ROOT / ".cache" / "reference-conversions"
 SUMMARY_FORMAT = 1  # bump when Summary's JSON or its meaning changes: old cache entries then miss
-# Keys that legitimately differ between our output and the reference (all display-only: no loader
-# in llama.cpp or a fork reads them):
+# Keys that legitimately differ between our output and the reference (descriptive, not model
+# parameters):
 #   general.name        the reference derives it from the model card or prettifies the directory
 #                       name ("qwen3-flat" -> "Qwen3 Flat"); we write the directory name as is.
+#                       llama.cpp prints it, and its vocab loader reads it only to adjust token
+#                       attributes for names containing "phi-3"/"phi3"/"modern-bert" (no DFlash
+#                       target is one of those).
 #   general.size_label  the reference computes a label from its parameter count ("140K"); we
-#                       write none. A size label is a naming hint for file names and model cards.
+#                       write none. No llama.cpp source reads it (a file-naming hint).
 # general.type is NOT ignored: both sides write "model", and it tells a model from an adapter.
 IGNORED = frozenset({"general.name", "general.size_label"})
+# Authorship metadata that gguf-py's ``Metadata`` adds from a model card (README.md front matter)
+# and from a descriptive directory name ("Qwen3-8B-DFlash-b16" -> basename "Qwen3", finetune
+# "DFlash"); we write none of it. No llama.cpp source reads these keys, so a comparison of a
+# published drafter may ignore them with ``IGNORED | model_card_keys(ref)``. (general.sampling.*,
+# which the same code writes from generation_config.json, is read by llama.cpp: not in here.)
+MODEL_CARD = ("general.author", "general.version", "general.organization", "general.finetune", "general.basename",
+              "general.description", "general.quantized_by", "general.license", "general.license.name",
+              "general.license.link", "general.url", "general.doi", "general.uuid", "general.repo_url",
+              "general.tags", "general.languages")
+MODEL_CARD_PREFIXES = ("general.source.", "general.base_model.", "general.dataset.")
+
+
+def model_card_keys(summary: "Summary") -> frozenset[str]:
+    """The model-card keys (``MODEL_CARD``) present in ``summary``."""
+    return frozenset(k for k, _, _ in summary.kvs if k in MODEL_CARD or k.startswith(MODEL_CARD_PREFIXES))
 
 
 @dataclass(frozen=True)

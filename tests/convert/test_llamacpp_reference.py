@@ -15,10 +15,22 @@ from gguf import GGUFValueType
 from dflash_gguf.fileio.gguf_header import read_header
 from tests.conftest import DRAFTERS, TARGETS, rewrite_gguf
 from tests.convert import llamacpp_reference as ref
-from tests.convert.llamacpp_reference import (Job, assert_same_summary, cache_key, gguf_summary, llama_load,
-                                              reference_header, reference_headers, run_converter, summary_diff)
+from tests.convert.llamacpp_reference import (IGNORED, Job, assert_same_summary, cache_key, gguf_summary,
+                                              llama_load, model_card_keys, reference_header, reference_headers,
+                                              run_converter, summary_diff)
 
 FIXTURE_DRAFTERS = ["qwen3-flat", "qwen3-nested", "gemma-style", "qwen3-dflash2"]
+# qwen3-flat as published: a descriptive directory name and a model card, from which the
+# reference derives authorship keys
+CARD = "Qwen3-8B-DFlash-b16"
+README = """---
+license: mit
+base_model: Qwen/Qwen3-8B
+tags:
+- dflash
+---
+# Qwen3-8B-DFlash-b16
+"""
 
 
 def need_src() -> Path:
@@ -43,8 +55,13 @@ def spm_target(d: Path, layers: int, hidden: int | None = None) -> Path:
 
 
 def fixture_job(tmp: Path, name: str) -> Job:
-    depth = json.loads((DRAFTERS / name / "config.json").read_text())["num_target_layers"]
-    return Job(DRAFTERS / name, spm_target(tmp / f"target-{name}", depth))
+    drafter = DRAFTERS / name
+    if name == CARD:
+        drafter = tmp / CARD
+        shutil.copytree(DRAFTERS / "qwen3-flat", drafter)
+        (drafter / "README.md").write_text(README)
+    depth = json.loads((drafter / "config.json").read_text())["num_target_layers"]
+    return Job(drafter, spm_target(tmp / f"target-{name}", depth))
 
 
 @pytest.fixture(scope="module")
@@ -53,15 +70,16 @@ def runs(tmp_path_factory):
     (one process: the imports dominate)."""
     src = need_src()
     tmp = tmp_path_factory.mktemp("llamacpp-ref")
-    jobs = [fixture_job(tmp, n) for n in FIXTURE_DRAFTERS]
-    header_only = [tmp / f"header-only-{n}.gguf" for n in FIXTURE_DRAFTERS]
-    full = [tmp / f"full-{n}.gguf" for n in FIXTURE_DRAFTERS]
+    names = [*FIXTURE_DRAFTERS, CARD]
+    jobs = [fixture_job(tmp, n) for n in names]
+    header_only = [tmp / f"header-only-{n}.gguf" for n in names]
+    full = [tmp / f"full-{n}.gguf" for n in names]
     run_converter(jobs + jobs, header_only + full, header_only=[True] * len(jobs) + [False] * len(jobs), src=src)
-    return {"header_only": header_only, "full": full}
+    return {"jobs": jobs, "header_only": header_only, "full": full}
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("i", range(len(FIXTURE_DRAFTERS)), ids=FIXTURE_DRAFTERS)
+@pytest.mark.parametrize("i", range(len(FIXTURE_DRAFTERS) + 1), ids=[*FIXTURE_DRAFTERS, CARD])
 def test_header_only_run_writes_the_full_runs_header(runs, i):
     ho, full = runs["header_only"][i], runs["full"][i]
     h = read_header(full)
@@ -75,6 +93,20 @@ def test_header_only_run_writes_the_full_runs_header(runs, i):
     assert not any(ho_bytes[h.data_offset:])
     assert any(full_bytes[h.data_offset:])
     assert gguf_summary(ho) == gguf_summary(full)
+
+
+@pytest.mark.slow
+def test_model_card_keys_are_all_that_a_published_name_adds(runs, cli, tmp_path):
+    job, ref_path = runs["jobs"][-1], runs["header_only"][-1]
+    ours = tmp_path / "ours.gguf"
+    assert cli("convert", job.drafter, "--target-dir", job.target, "-o", ours)[0] == 0
+    ref_summary = gguf_summary(ref_path)
+    card = model_card_keys(ref_summary)
+    assert {"general.basename", "general.finetune", "general.license", "general.tags", "general.base_model.count",
+            "general.base_model.0.name"} <= card
+    with pytest.raises(AssertionError, match="KVs missing from ours: general.finetune"):
+        assert_same_summary(gguf_summary(ours), ref_summary)
+    assert_same_summary(gguf_summary(ours), ref_summary, ignore=IGNORED | card)
 
 
 def fake_src(tmp_path: Path) -> Path:
