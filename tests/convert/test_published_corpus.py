@@ -66,7 +66,11 @@ def corpus(tmp_path_factory):
         d = root / e["slug"]
         sparse_checkpoint(e["slug"], d / "drafter")
         tcfg = json.loads((Path(__file__).parents[2] / "fixtures/published" / e["slug"] / "target_config.json").read_text())
-        target = rv.real_target_dir(e["target_vocab"], tcfg, d / "target")
+        try:
+            target = rv.real_target_dir(e["target_vocab"], tcfg, d / "target")
+        except pytest.skip.Exception as exc:  # this vocabulary's source is absent here; the others still run
+            skipped[e["slug"]] = str(exc)
+            continue
         if "mask_embedding.pt" in e["side_files"]:
             _sparse_target_weights(target, tcfg)
         built[e["slug"]] = (d / "drafter", target)
