@@ -77,7 +77,8 @@ def d2t_row(t: SourceTensor, f: GGUFFile, e: TensorInfo) -> TensorComparison:
     return _int_verdict(row, want, got, "checkpoint offset + draft id")
 
 
-def int_pair_row(a_name: str, a: TensorInfo, fa: GGUFFile, b_name: str, b: TensorInfo, fb: GGUFFile) -> TensorComparison:
+def int_pair_row(a_name: str, a: TensorInfo, fa: GGUFFile, b_name: str, b: TensorInfo,
+                 fb: GGUFFile) -> TensorComparison:
     """Two GGUFs' integer tensors (d2t), compared value for value."""
     row = TensorComparison(a_name, b_name, b.ggml_type.name, a.shape, OUT, source_type=a.ggml_type.name,
                            gguf_shape=b.shape, nbytes=b.nbytes)

@@ -39,6 +39,7 @@ CONF_W, CONF_B = "confidence_head.proj.weight", "confidence_head.proj.bias"
 GEMMA4_CONF = {"confidence_proj.weight": CONF_W, "confidence_proj.bias": CONF_B}
 LM_HEAD = "lm_head.weight"
 ROPE_FREQS = "rope_freqs.weight"
+Extra = tuple[str, np.ndarray, str, Q, str]  # name, data, source dtype, ggml type, why
 _INT_DTYPES = ("I64", "I32", "I16", "I8", "U8", "U16", "U32", "U64")
 
 
@@ -48,13 +49,24 @@ class DSparkPlan:
 
     expected: dict[str, tuple[int, ...]]  # every required tensor and its shape (DFlash's, adjusted)
     optional: dict[str, tuple[int, ...]]  # kept when present (embed_tokens, lm_head, conf bias)
-    claimed: dict[str, str]  # names handled here and not written: name -> why (dropped, reported)
+    claimed: dict[str, str]  # names not written as themselves: name -> why (dropped and reported, or d2t)
     hparams: list[tuple[str, object, T, T | None]]  # set on the DrafterMeta (replacing same suffix)
     by_name: dict[str, SourceTensor] = field(default_factory=dict)  # the inventory under mainline's names
     d2t: np.ndarray | None = None  # absolute target ids, validated
+    d2t_dtype: str = ""  # the checkpoint's dtype of d2t
     rope_freqs: np.ndarray | None = None  # Gemma4 proportional RoPE
     gemma4: bool = False
     notes: list[str] = field(default_factory=list)
+
+    def classify(self, name: str) -> str | None:
+        """How the plan treats a checkpoint tensor outside ``expected``: "written" (d2t, from
+        the validated ids), "dropped" (reported with its reason), "optional", or None (the
+        shared DFlash rules decide)."""
+        if name == D2T and self.d2t is not None:
+            return "written"
+        if name in self.claimed:
+            return "dropped"
+        return "optional" if name in self.optional else None
 
     def gguf_name(self, fmt: Format, name: str) -> str | None:
         """The GGUF name of a checkpoint tensor (Gemma4's own names first)."""
@@ -72,13 +84,15 @@ class DSparkPlan:
             else:
                 meta.hparams.append((suffix, value, typ, sub))
 
-    def extra_tensors(self) -> tuple[list[tuple[str, np.ndarray, Q, str]], list[tuple[str, np.ndarray, Q, str]]]:
-        """(tensors written first, tensors written last): rope_freqs leads (a generated tensor,
-        as mainline's generate_extra_tensors), d2t closes (mainline adds it after the rest)."""
+    def extra_tensors(self) -> tuple[list[Extra], list[Extra]]:
+        """(tensors written first, tensors written last) as (name, data, source dtype, type, why):
+        rope_freqs leads (generated, as mainline's generate_extra_tensors), d2t closes (mainline
+        adds it after the rest)."""
         head = [] if self.rope_freqs is None else [
-            (ROPE_FREQS, self.rope_freqs, Q.F32, "Gemma4 proportional RoPE: 1 on rotated dims, 1e30 on the rest")]
+            (ROPE_FREQS, self.rope_freqs, "generated", Q.F32,
+             "Gemma4 proportional RoPE: 1 on rotated dims, 1e30 on the rest")]
         tail = [] if self.d2t is None else [
-            (D2T, self.d2t, Q.I64, "DSpark d2t: draft id -> absolute target id (checkpoint offsets + draft id)")]
+            (D2T, self.d2t, self.d2t_dtype, Q.I64, "DSpark d2t: draft id -> absolute target id (offset + draft id)")]
         return head, tail
 
 
@@ -126,8 +140,8 @@ def plan_dspark(cfg: DrafterConfig, base: dict[str, tuple[int, ...]], by_name: d
             plan.claimed[LM_HEAD] = ("full draft vocabulary: the runtime uses the target's output head "
                                      "(mainline drops the drafter's copy too)")
         if D2T in names:
-            plan.claimed[D2T] = "written as d2t (absolute target ids, I64)"
             plan.d2t = d2t_absolute(names[D2T], draft, cfg.vocab_size, where)
+            plan.d2t_dtype = names[D2T].dtype
         elif spec.reduced_vocab:
             raise WeightsError(f"{where}: draft_vocab_size {draft} < vocab_size {cfg.vocab_size} but no d2t table "
                                "found (mainline refuses it too); the draft ids cannot be mapped to target ids")

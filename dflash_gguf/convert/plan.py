@@ -171,11 +171,12 @@ def build_plan(
     for n, t in by_name.items():
         if n in expected:
             continue
-        if ds is not None and n in ds.claimed:  # DSpark hook: t2d, a full-vocab lm_head, d2t
-            if n in ds.optional or n == "d2t":
-                continue
+        kind = None if ds is None else ds.classify(n)  # DSpark hook: d2t, t2d, a full-vocab lm_head, conf bias
+        if kind == "written":
+            continue
+        if kind == "dropped":
             dropped.append((t.name, ds.claimed[n]))
-        elif ds is not None and n in ds.optional:
+        elif kind == "optional":
             optional.append(n)
         elif n in DROPPED_TENSORS or n.endswith("rotary_emb.inv_freq"):
             dropped.append((t.name, DROPPED_TENSORS.get(n, "rotary buffer, recomputed by the runtime")))
@@ -225,10 +226,9 @@ def build_plan(
     generated = {}
     if ds is not None:  # DSpark hook: generated rope_freqs first, d2t last (as mainline writes them)
         head, tail = ds.extra_tensors()
-        gen_plans = [TensorPlan(None, n, a.shape, "generated" if n != "d2t" else "I64", q, a.nbytes, why)
-                     for n, a, q, why in head + tail]
+        gen_plans = [TensorPlan(None, n, a.shape, dtype, q, a.nbytes, why) for n, a, dtype, q, why in head + tail]
         tensor_plans = gen_plans[:len(head)] + tensor_plans + gen_plans[len(head):]
-        generated = {n: a for n, a, _q, _why in head + tail}
+        generated = {n: a for n, a, *_rest in head + tail}
     if cfg.rope_scaling is not None and cfg.rope_scaling.type == "llama3":
         n = cfg.rope_dim // 2
         tensor_plans.insert(0, TensorPlan(None, ROPE_FREQS, (n,), "F32", Q.F32, 4 * n,
@@ -264,7 +264,8 @@ def build_plan(
 
 
 def _family(cfg: DrafterConfig) -> str:
-    return {"dflash1": "DFlash1", "dflash2": "DFlash2", "dspark": "DSpark", "gemma4-dspark": "Gemma4 DSpark"}[cfg.family]
+    names = {"dflash1": "DFlash1", "dflash2": "DFlash2", "dspark": "DSpark", "gemma4-dspark": "Gemma4 DSpark"}
+    return names[cfg.family]
 
 
 def keep_f32(gguf_name: str, shape: Sequence[int]) -> str | None:

@@ -36,7 +36,8 @@ def dspark_claims(fmt, name: str) -> bool:
 
 def dspark_optional(h: GGUFHeader, fmt, name: str) -> bool:
     """attn_v is optional in a k=v (Gemma4 DSpark) file: the runtime reads V from attn_k."""
-    return fmt.supports_dspark and name.endswith(".attn_v.weight") and any(is_gemma4_tensor(t) for t in h.tensors_by_name)
+    return (fmt.supports_dspark and name.endswith(".attn_v.weight")
+            and any(is_gemma4_tensor(t) for t in h.tensors_by_name))
 
 
 def _d(h: GGUFHeader, sev: Severity, code: str, msg: str, where: str = "") -> Finding:
@@ -134,7 +135,8 @@ def _markov(h: GGUFHeader, n_vocab: int | None, n_draft: int | None, n_embd: int
             if ne is not None:
                 yield _d(h, Severity.ERROR, "dspark-markov",
                          f"{name} without {MARKOV_W1}: the runtime reads the DSpark heads only next to markov_w1, "
-                         "so the load fails ('wrong number of tensors'); re-convert the complete head", f"tensor {name}")
+                         "so the load fails ('wrong number of tensors'); re-convert the complete head",
+                         f"tensor {name}")
         return
     rank = w1[0]
     if len(w1) != 2 or (n_vocab is not None and w1[1] != n_vocab):

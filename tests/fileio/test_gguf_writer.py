@@ -10,6 +10,11 @@ from dflash_gguf.errors import OutputError
 from dflash_gguf.fileio import gguf_writer
 from dflash_gguf.fileio.gguf_writer import TensorOut, write_gguf
 from dflash_gguf.fileio.types import kv_str, kv_u32
+from gguf import GGMLQuantizationType as Q
+from gguf import GGUFReader
+
+from dflash_gguf.fileio.gguf_reader import read_gguf
+from dflash_gguf.fileio.gguf_writer import tensor_nbytes
 
 F32 = GGMLQuantizationType.F32
 KVS = [kv_u32("test.count", 7), kv_str("test.name", "holes")]
@@ -134,3 +139,19 @@ def test_error_after_a_hole_leaves_the_old_file(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["o.gguf"]  # no temp file left behind
     with pytest.raises(OutputError, match="already exists"):
         write_gguf(out, "test", KVS, [tensor("d", np.ones((2, 2), np.float32))])
+
+
+def test_i64_tensor_round_trips(tmp_path):
+    ids = np.array([3, 0, 511, 7], dtype=np.int64)
+    w = np.arange(6, dtype=np.float32).reshape(1, 6)
+    out = tmp_path / "t.gguf"
+    write_gguf(out, "dflash", [kv_u32("dflash.block_count", 1)],
+               [TensorOut("conf_proj.weight", (1, 6), Q.F32, tensor_nbytes((1, 6), Q.F32), lambda: w),
+                TensorOut("d2t", (4,), Q.I64, tensor_nbytes((4,), Q.I64), lambda: ids)])
+    t = {x.name: x for x in GGUFReader(out).tensors}
+    assert t["d2t"].tensor_type == Q.I64 and list(t["d2t"].shape) == [4]
+    assert np.array_equal(np.asarray(t["d2t"].data), ids)
+    assert list(t["conf_proj.weight"].shape) == [6, 1]  # ne order, both dimensions kept (as gguf-py writes)
+    f = read_gguf(out)
+    assert {e.name: (e.ggml_type, e.shape, e.nbytes) for e in f.tensors}["d2t"] == (Q.I64, (4,), 32)
+    assert np.frombuffer(f.raw(f.tensors[1]).tobytes(), "<i8").tolist() == ids.tolist()
