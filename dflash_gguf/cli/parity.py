@@ -85,8 +85,10 @@ def parity_cmd(
 
 def _render(report) -> None:
     for p in report.prompts:
-        t = Table(title=f"prompt of {len(p.prompt_ids)} tokens, {report.settings['max_new_tokens']} new, "
-                        f"block {report.settings['block_size']}, device {report.device}")
+        st = report.settings
+        rules = f", {st['drafter_family']} per {st['attention_rules']}" if st.get("attention_rules") else ""
+        t = Table(title=f"prompt of {len(p.prompt_ids)} tokens, {st['max_new_tokens']} new, "
+                        f"block {st['block_size']}{esc(rules)}, device {report.device}")
         for c in ("drafter", "format", "mean AL (incl. bonus)", "accept rate (acc/drafted)", "tok/s", "lossless",
                   "top-1 (teacher-forced)", "mean KL", "max |Δlogit|", "first divergence"):
             t.add_column(c)

@@ -89,7 +89,8 @@ class ParityReport:
             "lossless": self.lossless,
             "acceptance_metrics": {
                 "acceptance_length": "tokens committed per draft-verify round including the bonus token (z-lab's "
-                                     "'acceptance length', 1..block_size)",
+                                     "'acceptance length', 1..drafts per round + 1: block_size for DFlash, "
+                                     "block_size + 1 for a DSpark head that samples from its anchor)",
                 "acceptance_rate": "accepted draft tokens / drafted tokens (llama.cpp's 'draft acceptance rate')",
             },
         }
@@ -112,13 +113,20 @@ def summarize(name: str, fmt: str | None, runs, greedy_ids) -> RunSummary:
     lossless = None if greedy_ids is None else all(r.new_ids == greedy_ids for r in runs)
     return RunSummary(
         name=name, format=fmt, new_ids=list(r0.new_ids),
-        steps=[{"draft": list(s.draft), "accepted": int(s.accepted), "bonus": int(s.bonus)} for s in r0.steps],
+        steps=[_step(s) for s in r0.steps],
         acceptance_lengths=list(r0.acceptance_lengths),
         mean_acceptance_length=Stat.of([r.mean_acceptance_length for r in runs]),
         acceptance_rate=Stat.of([_rate(r) for r in runs]),
         tokens_per_s=Stat.of([r.tokens_per_s for r in runs]),
         lossless=lossless,
     )
+
+
+def _step(s) -> dict[str, Any]:
+    out = {"draft": list(s.draft), "accepted": int(s.accepted), "bonus": int(s.bonus)}
+    if getattr(s, "confidence", None) is not None:  # DSpark: the confidence head, one value per draft
+        out["confidence"] = [round(c, 6) for c in s.confidence]
+    return out
 
 
 def _rate(result) -> float:

@@ -84,6 +84,9 @@ def run_parity(
 
     settings = {k: v for k, v in dataclasses.asdict(options).items()}
     settings["block_size"] = options.block_size or cfg.block_size
+    # which published reference's equations the reference drafter ran (docs/parity.md)
+    settings["drafter_family"] = cfg.family
+    settings["attention_rules"] = ref_drafter.rules.source
     settings["stop_ids"] = list(stops)
     # the cap only applies to the emulated run: report the value it ran with
     settings["draft_context"] = emulated.cap if emulated is not None else None

@@ -205,6 +205,7 @@ class DFlashDrafter(nn.Module):
         if cfg.is_dflash2:
             self.candidate_selector = CandidateSelector(cfg)
         self.dspark = self.markov_head = self.confidence_head = self.lm_head = self.embed_tokens = None
+        self.mask_embedding: torch.Tensor | None = None  # MiMo's mask_embedding.pt (load.read_mask_embedding)
         if cfg.dspark is not None:
             self._build_dspark(dspark or layout_from_config(cfg))
 
@@ -264,7 +265,10 @@ class DFlashDrafter(nn.Module):
         scale = self.cfg.input_embedding_scale
         if self.embed_tokens is not None:
             embed_weight = self.embed_tokens.weight
-        return F.embedding(block_ids, embed_weight) * (1.0 if scale is None else float(scale))
+        x = F.embedding(block_ids, embed_weight)
+        if self.mask_embedding is not None:  # vLLM's embed_input_ids: the MASK slots take the side file's vector
+            x = torch.where((block_ids == self.cfg.mask_token_id)[..., None], self.mask_embedding.to(x.dtype), x)
+        return x * (1.0 if scale is None else float(scale))
 
     def forward(
         self,

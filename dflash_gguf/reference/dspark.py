@@ -115,7 +115,7 @@ def layout_from_state(cfg: DrafterConfig, state: dict[str, torch.Tensor]) -> DSp
                            f"{'hold' if reduced else 'lack'} a d2t map")
     if reduced and "lm_head.weight" not in state:
         raise WeightsError(f"{where}: a reduced-vocabulary head (d2t) needs its own lm_head.weight")
-    return DSparkLayout(markov_rank=rank, confidence=conf_in is not None, confidence_with_markov=conf_in == H + rank,
+    return DSparkLayout(markov_rank=rank, confidence=conf_in is not None, confidence_with_markov=rank > 0 and conf_in == H + rank,
                         own_embed="embed_tokens.weight" in state, own_head="lm_head.weight" in state,
                         draft_vocab=Vd, reduced=reduced)
 
@@ -164,7 +164,7 @@ def chain(drafter, hidden: torch.Tensor, base: torch.Tensor, anchor: torch.Tenso
     from .sampling import sample_probs, sampling_probs
 
     markov, conf = drafter.markov_head, drafter.confidence_head
-    with_markov = drafter.dspark.confidence_with_markov
+    with_markov = drafter.dspark.confidence_with_markov and markov is not None
     ids = drafter.draft_ids()  # (Vd,) target id of each draft id, None when the head is full-vocab
     prev = anchor
     tokens, logits, probs, confs = [], [], [], []

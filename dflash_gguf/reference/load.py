@@ -167,9 +167,48 @@ def target_from_state(spec: TargetSpec, state: dict[str, torch.Tensor], *, dtype
     return target
 
 
+MASK_EMBEDDING = "mask_embedding.pt"
+
+
+def read_mask_embedding(drafter_dir: Path, cfg: DrafterConfig) -> torch.Tensor | None:
+    """MiMo's side file: one vector that replaces the MASK token's embedding row (the released
+    checkpoint's own row is ~zero). vLLM (``qwen3_dflash.py``, PR #46104) and SGLang load it
+    when present; the published file is ``{"mask_token_id", "embedding"}``, some exports save the
+    bare vector. Read with ``weights_only=True``: tensors and plain containers only.
+
+    Raises:
+        WeightsError: an unreadable file, another mask id, a per-position table, or a vector
+            that is not ``hidden_size`` long.
+    """
+    path = drafter_dir / MASK_EMBEDDING
+    if not path.is_file():
+        return None
+    try:
+        got = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # any unpickling failure is a bad weights file, said in one line
+        raise WeightsError(f"{path}: not a readable torch file ({type(exc).__name__}: {exc})") from None
+    if isinstance(got, dict):
+        if got.get("per_position"):
+            raise WeightsError(f"{path}: per-position mask embeddings are not supported by the reference")
+        if got.get("mask_token_id", cfg.mask_token_id) != cfg.mask_token_id:
+            raise WeightsError(f"{path}: for mask_token_id {got['mask_token_id']}, but the config's is {cfg.mask_token_id}")
+        got = got.get("embedding", next(iter(got.values())) if len(got) == 1 else None)
+    if not isinstance(got, torch.Tensor) or got.numel() != cfg.hidden_size:
+        raise WeightsError(f"{path}: expected one embedding of {cfg.hidden_size} values")
+    return got.reshape(-1).float()
+
+
+def attach_mask_embedding(model: DFlashDrafter) -> DFlashDrafter:
+    """Give a checkpoint-loaded drafter the ``mask_embedding.pt`` beside its config, if any."""
+    mask = read_mask_embedding(model.cfg.path.parent, model.cfg)
+    if mask is not None:
+        model.mask_embedding = mask.to(device=model.fc.weight.device, dtype=model.fc.weight.dtype)
+    return model
+
+
 def load_drafter(drafter_dir: str | Path, *, dtype: str | torch.dtype = "float32",
                  device: str | torch.device = "auto") -> DFlashDrafter:
-    """Load a DFlash1/DFlash2/DSpark drafter from its HF directory.
+    """Load a DFlash1/DFlash2/DSpark drafter from its HF directory (and MiMo's ``mask_embedding.pt``).
 
     Raises:
         ConfigError: config.json missing or invalid.
@@ -177,7 +216,8 @@ def load_drafter(drafter_dir: str | Path, *, dtype: str | torch.dtype = "float32
         UsageError: an unknown dtype, or CUDA asked for without one.
     """
     cfg = load_config(drafter_dir)
-    return drafter_from_state(cfg, read_safetensors(cfg.path.parent), dtype=dtype, device=device)
+    return attach_mask_embedding(drafter_from_state(cfg, read_safetensors(cfg.path.parent), dtype=dtype,
+                                                    device=device))
 
 
 def load_target(target_dir: str | Path, *, dtype: str | torch.dtype = "float32",
@@ -223,6 +263,9 @@ def drafter_from_gguf(gguf_path: str | Path, config: str | Path | DrafterConfig 
             # the GGUF holds llama3 scaling as a rope_freqs tensor; the reference rebuilds it from the config
             gcfg = replace(gcfg, rope_scaling=cfg.rope_scaling, raw={**gcfg.raw, "rope_scaling": cfg.raw.get("rope_scaling")})
         notes = compare_with_config(gcfg, cfg, gguf_path)
+        if (cfg.path.parent / MASK_EMBEDDING).is_file():
+            notes.append(f"the checkpoint ships {MASK_EMBEDDING} (the MASK row vLLM and SGLang substitute); the GGUF "
+                         "has no such tensor, so the GGUF drafter embeds MASK with the target's row")
     state = {k: to_torch(weights.pop(k)) for k in list(weights)}
     model = drafter_from_state(gcfg, state, dtype=dtype, device=device)
     model.gguf_notes = notes

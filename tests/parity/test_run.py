@@ -85,3 +85,33 @@ def test_wrong_theta_baked_in_a_gguf_is_reported_and_used(cli, tmp_path):
     assert any("rope_theta is 1000000.0 in the GGUF but 10000000.0" in n for n in wrong["notes"])
     assert wrong["logit_parity"]["max_abs"] > 0  # the wrong theta was really used
     assert "rope_theta" in se
+
+
+@pytest.mark.parametrize("kind", ["dspark", "mimo"])
+def test_dspark_and_mimo_drafters_run_through_parity(tmp_path, kind):
+    from dflash_gguf.parity import ParityOptions, run_parity
+    from dflash_gguf.reference import tiny
+
+    tcfg = json.loads((QWEN / "config.json").read_text())
+    if kind == "dspark":
+        kw = dict(extra={"architectures": ["DSparkDraftModel"], "markov_rank": 8, "draft_vocab_size": 256})
+    else:
+        kw = dict(extra={"partial_rotary_factor": 0.5}, dflash_extra={
+            "use_swa": True, "swa_window_size": 6, "attention_sink_bias": True, "attention_value_scale": 0.6})
+    tiny.save_drafter(tmp_path / "d", tiny.drafter_config(tcfg, taps=(0, 4), **kw), seed=5, residual=0.5)
+    prompt = [int(t) for t in PROMPT.split(",")]
+    rep = run_parity(QWEN, tmp_path / "d", [prompt], options=ParityOptions(max_new_tokens=12, device="cpu",
+                                                                          emulate="llama.cpp")).to_json()
+    assert rep["lossless"] is True and rep["emulated"]["lossless"] is True
+    steps = rep["reference"]["steps"]
+    if kind == "dspark":
+        assert rep["settings"]["drafter_family"] == "dspark"
+        assert rep["settings"]["attention_rules"] == "mlx-dspark 0.20.3"
+        # sample_from_anchor (DeepSpec's default): a block of 4 slots drafts 4 tokens
+        assert len(steps[0]["draft"]) == 4 and all(len(s["confidence"]) == len(s["draft"]) for s in steps)
+        sampled = run_parity(QWEN, tmp_path / "d", [prompt], options=ParityOptions(
+            max_new_tokens=12, device="cpu", temperature=0.8, seed=2, runs=2)).to_json()["reference"]
+        assert 0.0 <= sampled["acceptance_rate"] <= 1.0 and len(sampled["new_ids"]) == 12
+    else:
+        assert rep["settings"]["attention_rules"] == "vLLM qwen3_dflash"
+        assert len(steps[0]["draft"]) == 3 and "confidence" not in steps[0]

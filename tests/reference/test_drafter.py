@@ -13,6 +13,7 @@ from dflash_gguf.errors import ConfigError, WeightsError  # noqa: E402
 from dflash_gguf.reference import load_drafter, load_target, tiny  # noqa: E402
 from dflash_gguf.reference.common import RopeSpec, RopeTable, inv_freq, visibility_mask  # noqa: E402
 from dflash_gguf.reference.drafter import layer_rules  # noqa: E402
+from dflash_gguf.reference.rules import attention_rules  # noqa: E402
 
 F = torch.nn.functional
 
@@ -25,13 +26,18 @@ def _rms(x, w, eps):
     return x / torch.sqrt((x * x).mean(-1, keepdim=True) + eps) * w
 
 
-def _rope(x, positions, theta):  # x (L, heads, D), rotate-half convention
-    D = x.shape[-1]
-    inv = theta ** (-torch.arange(0, D, 2, dtype=torch.float64) / D)
-    ang = positions[:, None].double() * inv[None]  # (L, D/2)
-    cos, sin = torch.cat([ang.cos()] * 2, -1)[:, None], torch.cat([ang.sin()] * 2, -1)[:, None]
-    rot = torch.cat([-x[..., D // 2:], x[..., : D // 2]], -1)
-    return x * cos + rot * sin
+def _rope(x, positions, theta, dims=None, pairs=False):
+    """x (L, heads, D): rotate the first ``dims`` (default all) in NeoX halves, or GPT-J pairs."""
+    R = dims or x.shape[-1]
+    inv = theta ** (-torch.arange(0, R, 2, dtype=torch.float64) / R)
+    ang = (positions[:, None].double() * inv[None])[:, None]  # (L, 1, R/2)
+    if pairs:
+        a, b = x[..., 0:R:2], x[..., 1:R:2]
+        rot = torch.stack([a * ang.cos() - b * ang.sin(), b * ang.cos() + a * ang.sin()], -1).flatten(-2)
+    else:
+        a, b = x[..., : R // 2], x[..., R // 2:R]
+        rot = torch.cat([a * ang.cos() - b * ang.sin(), b * ang.cos() + a * ang.sin()], -1)
+    return torch.cat([rot, x[..., R:]], -1)
 
 
 def _conv(x, dyn, base, group):  # x (L, H); dyn (L, k, G); base (k, H): causal along the block
@@ -48,8 +54,10 @@ def _conv(x, dyn, base, group):  # x (L, H); dyn (L, k, G); base (k, H): causal 
 def naive_drafter(sd, cfg, embed, head, features, block, first_pos):
     """logits (q-1, V) for block[1:], with the context `features` at positions [first_pos, first_pos+c)."""
     sd = {k: v.detach().double() for k, v in sd.items()}
-    embed, head = embed.detach(), head.detach()
+    # a DSpark drafter that ships its own table and head uses them
+    embed, head = sd.get("embed_tokens.weight", embed).detach(), sd.get("lm_head.weight", head).detach()
     eps, D = cfg.rms_norm_eps, cfg.head_dim
+    rules = attention_rules(cfg)
     c, q = features.shape[0], len(block)
     ctx = _rms(features.double() @ sd["fc.weight"].T, sd["hidden_norm.weight"], eps)
     x = embed.double()[block] * (cfg.input_embedding_scale or 1.0)
@@ -64,8 +72,9 @@ def naive_drafter(sd, cfg, embed, head, features, block, first_pos):
         a = p + "self_attn."
         Q = _rms((h @ sd[a + "q_proj.weight"].T).view(q, -1, D), sd[a + "q_norm.weight"], eps)
         K = _rms((torch.cat([ctx, h]) @ sd[a + "k_proj.weight"].T).view(c + q, -1, D), sd[a + "k_norm.weight"], eps)
-        V = (torch.cat([ctx, h]) @ sd[a + "v_proj.weight"].T).view(c + q, -1, D)
-        Q, K = _rope(Q, qpos, cfg.rope_theta), _rope(K, kpos, cfg.rope_theta)
+        V = (torch.cat([ctx, h]) @ sd[a + "v_proj.weight"].T).view(c + q, -1, D) * (rules.value_scale or 1.0)
+        rope = dict(dims=rules.rotary_dim, pairs=rules.interleaved)
+        Q, K = _rope(Q, qpos, cfg.rope_theta, **rope), _rope(K, kpos, cfg.rope_theta, **rope)
         groups = Q.shape[1] // K.shape[1]
         out = torch.zeros(q, Q.shape[1], D, dtype=torch.float64)
         for hq in range(Q.shape[1]):
@@ -81,7 +90,9 @@ def naive_drafter(sd, cfg, embed, head, features, block, first_pos):
                 vis = torch.tensor(visible)
                 s = (K[:, kv] @ Q[iq, hq]) * D**-0.5
                 s[~vis] = -math.inf
-                out[iq, hq] = torch.softmax(s, 0) @ V[:, kv]
+                if a + "attention_sink_bias" in sd:  # one more logit in the denominator, no value
+                    s = torch.cat([s, sd[a + "attention_sink_bias"][hq:hq + 1]])
+                out[iq, hq] = torch.softmax(s, 0)[:c + q] @ V[:, kv]
         h = out.reshape(q, -1) @ sd[a + "o_proj.weight"].T
         if cfg.is_dflash2:
             h = _conv(h, dyn[:, 1], sd[p + "attention_conv.base_kernel"][1], cfg.conv_group_size)
@@ -111,6 +122,14 @@ VARIANTS = {
     "full_forced_causal": dict(is_causal=True),
     "output_transform": dict(softcap=2.0, output_multiplier=0.7, input_embedding_scale=1.3),
     "dflash2": dict(dflash2=True),
+    # MiMo (vLLM's rules): sinks, V × 0.6, half the head rotated, every layer sliding and bidirectional
+    "mimo": dict(dflash_extra=dict(use_swa=True, swa_window_size=3, attention_sink_bias=True,
+                                   attention_value_scale=0.6), extra=dict(partial_rotary_factor=0.5)),
+    "interleaved_partial": dict(dflash_extra=dict(attention_sink_bias=True),
+                                extra=dict(partial_rotary_factor=0.5, rope_is_neox_style=False)),
+    # DSpark backbone (mlx-dspark's rules): causal block, a window, sinks; its own lm_head
+    "dspark": dict(sliding_window=3, extra=dict(architectures=["DSparkDraftModel"], markov_rank=4,
+                                                dflash_query_causal=True, attention_sink_bias=True)),
 }
 
 

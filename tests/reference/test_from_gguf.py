@@ -179,3 +179,128 @@ def test_target_key_of_the_wrong_type(tmp_path, key, spec, match):
     bad = _retyped(TARGETS / "llama-tiny.gguf", tmp_path / "bad.gguf", {key: (spec[0], V[spec[1]])})
     with pytest.raises(GGUFFormatError, match=match):
         target_from_gguf(bad)
+
+
+# --- MiMo and DSpark drafters: what the converter cannot write yet is added with gguf-py, in
+# mainline's names and layouts (blk.N.attn_sinks.weight; markov_w1/markov_w2/conf_proj, output,
+# token_embd; d2t as I64 absolute target ids; {arch}.sample_from_anchor)
+def _with_extra(src, dst, tensors: dict, kvs: dict | None = None):
+    from gguf import GGUFReader, GGUFWriter
+
+    r = GGUFReader(src)
+    arch = str(r.fields["general.architecture"].contents())
+    w = GGUFWriter(dst, arch)
+    for k, f in r.fields.items():
+        if not k.startswith("GGUF.") and k != "general.architecture":
+            w.add_key_value(k, f.contents(), f.types[0], sub_type=f.types[1] if len(f.types) > 1 else None)
+    for k, (value, typ) in (kvs or {}).items():
+        w.add_key_value(f"{arch}.{k}", value, typ)
+    for t in r.tensors:
+        w.add_tensor(t.name, np.array(t.data), raw_dtype=t.tensor_type)
+    for name, arr in tensors.items():
+        w.add_tensor(name, arr)
+    w.write_header_to_file(); w.write_kv_data_to_file(); w.write_tensors_to_file(); w.close()
+    return dst
+
+
+@pytest.fixture(scope="module")
+def runtime_setup(tmp_path_factory):
+    import shutil
+
+    pytest.importorskip("torch")
+    from dflash_gguf.reference import load_target, tiny
+
+    root = tmp_path_factory.mktemp("rt")
+    tcfg = tiny.target_config(vocab=512, layers=3, tie=False)
+    tiny.save_target(root / "t", tcfg, seed=3)
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(TARGETS / "qwen3-tiny" / name, root / "t" / name)
+    return root, tcfg, load_target(root / "t")
+
+
+DSPARK_ONLY = ("markov_head.", "confidence_head.", "lm_head.", "embed_tokens.", "d2t", "t2d")
+
+
+def _convert_backbone(root, name, cfg: dict, drop) -> "Path":
+    """Convert the drafter's DFlash backbone (the tensors the converter knows) to an f32 GGUF."""
+    import json
+
+    from safetensors.torch import load_file, save_file
+
+    from dflash_gguf.convert import convert
+
+    base = root / f"{name}-base"
+    base.mkdir()
+    plain = {k: v for k, v in cfg.items() if k not in ("sample_from_anchor", "draft_vocab_size", "markov_rank")}
+    (base / "config.json").write_text(json.dumps({**plain, "architectures": ["DFlashDraftModel"]}))
+    state = load_file(root / name / "model.safetensors")
+    save_file({k: v for k, v in state.items() if not drop(k)}, base / "model.safetensors")
+    out = root / f"{name}-base.gguf"
+    convert(base, out, format="llama.cpp", outtype="f32", target_dir=root / "t")
+    return out, state
+
+
+def test_mimo_gguf_replays_the_reference(runtime_setup):
+    import torch
+
+    from dflash_gguf.reference import generate, load_drafter, teacher_forced, tiny
+    from dflash_gguf.reference.load import drafter_from_gguf as load_gguf
+
+    root, tcfg, target = runtime_setup
+    cfg = tiny.drafter_config(tcfg, taps=(0, 2), extra={"partial_rotary_factor": 0.5}, dflash_extra={
+        "use_swa": True, "swa_window_size": 6, "attention_sink_bias": True, "attention_value_scale": 0.6})
+    tiny.save_drafter(root / "mimo", cfg, seed=5, residual=0.5)
+    ref = load_drafter(root / "mimo")
+    run = generate(ref, target, [1, 2, 3, 4, 5], 12, record=True)
+    base, state = _convert_backbone(root, "mimo", cfg, lambda k: k.endswith("attention_sink_bias"))
+    sinks = {f"blk.{k.split('.')[1]}.attn_sinks.weight": v.numpy() for k, v in state.items()
+             if k.endswith("attention_sink_bias")}
+    g = load_gguf(_with_extra(base, root / "mimo.gguf", sinks), root / "mimo")
+    # every layer sliding and bidirectional, as vLLM reads the checkpoint's use_swa (the GGUF says
+    # sliding_window + pattern and no attention.causal, which a runtime reads as non-causal)
+    assert g.rules.layers == ref.rules.layers == ((False, 6), (False, 6))
+    assert (g.rules.rotary_dim, g.rules.sinks) == (8, True) and g.rules.value_scale == pytest.approx(0.6)
+    assert g.gguf_notes == []
+    tf = teacher_forced(g, target, run)
+    assert tf.max_abs_diff <= 1e-4 and tf.token_agreement == 1.0
+    assert torch.equal(g.layers[1].self_attn.attention_sink_bias, ref.layers[1].self_attn.attention_sink_bias)
+    # MiMo's mask_embedding.pt has no GGUF tensor yet: parity names what the GGUF drafter lacks
+    torch.save({"mask_token_id": ref.mask_token_id, "embedding": torch.ones(64)}, root / "mimo" / "mask_embedding.pt")
+    (note,) = load_gguf(root / "mimo.gguf", root / "mimo").gguf_notes
+    assert "mask_embedding.pt" in note and "target's row" in note
+
+
+@pytest.mark.parametrize("anchor_key", [False, None])
+def test_dspark_gguf_replays_the_reference(runtime_setup, anchor_key):
+    from gguf import GGUFValueType as V
+
+    from dflash_gguf.reference import generate, load_drafter, teacher_forced, tiny
+    from dflash_gguf.reference.load import drafter_from_gguf as load_gguf
+
+    root, tcfg, target = runtime_setup
+    name = f"dspark-{anchor_key}"
+    cfg = tiny.drafter_config(tcfg, taps=(0, 2), extra={"architectures": ["DSparkDraftModel"], "markov_rank": 8,
+                                                        "sample_from_anchor": False, "draft_vocab_size": 300})
+    tiny.save_drafter(root / name, cfg, seed=5, residual=0.5, own_embed=True)
+    ref = load_drafter(root / name)
+    run = generate(ref, target, [1, 2, 3, 4, 5], 12, record=True)
+    base, st = _convert_backbone(root, name, cfg, lambda k: k.startswith(DSPARK_ONLY))
+    extra = {"markov_w1.weight": st["markov_head.markov_w1.weight"].numpy(),
+             "markov_w2.weight": st["markov_head.markov_w2.weight"].numpy(),
+             "conf_proj.weight": st["confidence_head.proj.weight"].numpy(),
+             "conf_proj.bias": st["confidence_head.proj.bias"].numpy(),
+             "output.weight": st["lm_head.weight"].numpy(), "token_embd.weight": st["embed_tokens.weight"].numpy(),
+             "d2t": (np.arange(300) + st["d2t"].numpy()).astype(np.int64)}  # absolute ids, as mainline stores them
+    kvs = {} if anchor_key is None else {"sample_from_anchor": (anchor_key, V.BOOL)}
+    g = load_gguf(_with_extra(base, root / f"{name}.gguf", extra, kvs), root / name)
+    assert np.array_equal(g.d2t.numpy(), st["d2t"].numpy())  # back to the checkpoint's offsets
+    assert g.dspark == ref.dspark
+    if anchor_key is None:
+        # no key: a runtime drafts from slot 0 (llama.cpp's default), and parity says so
+        assert g.first_draft_slot == 0
+        assert g.gguf_notes == ["DSpark sample_from_anchor is True in the GGUF but False in config.json; "
+                                "the GGUF's value is used, as a runtime would"]
+        return
+    assert g.gguf_notes == [] and g.first_draft_slot == 1
+    tf = teacher_forced(g, target, run)
+    assert tf.max_abs_diff <= 1e-4 and tf.token_agreement == 1.0

@@ -36,3 +36,43 @@ def test_corrupt_safetensors_is_a_weights_error(tmp_path):
     (d / "model.safetensors").write_bytes(data[:-100])
     with pytest.raises(WeightsError):
         load_drafter(d)
+
+
+def _mask_file(tmp_path, obj):
+    d = tmp_path / "d"
+    shutil.copytree(DRAFTERS / "qwen3-flat", d)
+    torch.save(obj, d / "mask_embedding.pt")
+    return d
+
+
+def test_mask_embedding_replaces_the_mask_row(tmp_path):
+    # MiMo ships {"mask_token_id", "embedding"}; vLLM and SGLang substitute it for the MASK row
+    probe = load_drafter(DRAFTERS / "qwen3-flat", device="cpu")
+    cfg = probe.cfg
+    vec = torch.arange(cfg.hidden_size, dtype=torch.bfloat16)
+    d = load_drafter(_mask_file(tmp_path, {"mask_token_id": cfg.mask_token_id, "embedding": vec}), device="cpu")
+    table = torch.randn(cfg.vocab_size, cfg.hidden_size)
+    ids = torch.tensor([[3, cfg.mask_token_id, cfg.mask_token_id]])
+    x = d.embed(ids, table)
+    assert torch.equal(x[0, 0], table[3]) and torch.equal(x[0, 1], vec.float()) and torch.equal(x[0, 2], vec.float())
+    assert probe.mask_embedding is None and torch.equal(probe.embed(ids, table)[0, 1], table[cfg.mask_token_id])
+
+
+@pytest.mark.parametrize("obj,match", [
+    ("bare", None),  # a bare (1, H) tensor is accepted
+    ({"mask_token_id": 0, "embedding": None}, "for mask_token_id 0"),
+    ({"embedding": torch.zeros(3)}, "one embedding of"),
+    ({"per_position": True, "embedding": None}, "per-position"),
+])
+def test_mask_embedding_file_is_checked(tmp_path, obj, match):
+    h = load_drafter(DRAFTERS / "qwen3-flat", device="cpu").cfg.hidden_size
+    if obj == "bare":
+        obj = torch.ones(1, h)
+    elif obj.get("embedding", 0) is None:
+        obj["embedding"] = torch.zeros(h)
+    d = _mask_file(tmp_path, obj)
+    if match is None:
+        assert torch.equal(load_drafter(d, device="cpu").mask_embedding, torch.ones(h))
+        return
+    with pytest.raises(WeightsError, match=match):
+        load_drafter(d)

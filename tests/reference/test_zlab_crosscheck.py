@@ -33,6 +33,9 @@ CASES = {
                                                  use_sliding_window=True, sliding_window=5, is_causal=False), {}, {}),
     "yarn_drafter_rope": ("qwen3", 8, 1, 8, dict(rope_parameters={"rope_type": "yarn", "rope_theta": 1e6, "factor": 4.0,
                                                                   "original_max_position_embeddings": 16}), {}, {}),
+    # transformers' default rope (so z-lab) rotates the whole head whatever partial_rotary_factor says;
+    # the reference keeps that for every drafter z-lab defines (vLLM's slice is for MiMo, docs/parity.md)
+    "partial_rotary_factor_ignored": ("qwen3", 8, 1, 8, dict(partial_rotary_factor=0.5), {}, {}),
     "output_transform": ("qwen3", 8, 1, 8, {}, dict(final_logit_softcapping=1.5, output_multiplier=0.8,
                                                     input_embedding_scale=1.2), {}),
     "stop_token": ("qwen3", 8, 1, 8, {}, {}, dict(stop_token_ids=[3])),
