@@ -232,6 +232,9 @@ def _convert_backbone(root, name, cfg: dict, drop) -> "Path":
     base = root / f"{name}-base"
     base.mkdir()
     plain = {k: v for k, v in cfg.items() if k not in ("sample_from_anchor", "draft_vocab_size", "markov_rank")}
+    if any(drop(k) for k in load_file(root / name / "model.safetensors") if k.endswith("attention_sink_bias")):
+        # the sinks are added to the GGUF by hand below: the backbone's config must not promise them
+        plain["dflash_config"] = {k: v for k, v in plain.get("dflash_config", {}).items() if k != "attention_sink_bias"}
     (base / "config.json").write_text(json.dumps({**plain, "architectures": ["DFlashDraftModel"]}))
     state = load_file(root / name / "model.safetensors")
     save_file({k: v for k, v in state.items() if not drop(k)}, base / "model.safetensors")

@@ -96,7 +96,7 @@ def test_dspark_speculators_sliding_layers_are_causal_unless_declared_otherwise(
 
 
 @pytest.mark.parametrize("extra,match", [
-    ({"architectures": ["Gemma4DSparkModel"]}, "gemma4"),
+    ({"architectures": ["Gemma4DSparkModel"]}, "(?i)gemma4"),
     ({"architectures": ["DSparkDraftModel"], "enable_qwen35_gated_q_proj": True}, "qwen3_5"),
     ({"architectures": ["DSparkDraftModel"], "log_snr_conditioning": True}, "log-SNR"),
 ])
