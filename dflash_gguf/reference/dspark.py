@@ -109,10 +109,11 @@ def layout_from_state(cfg: DrafterConfig, state: dict[str, torch.Tensor]) -> DSp
     conf_in = int(state[CONF_W].shape[1]) if CONF_W in state else None
     if conf_in is not None and conf_in not in (H, H + rank):
         raise WeightsError(f"{where}: {CONF_W} takes {conf_in} inputs; hidden {H} (+ markov rank {rank}) expected")
-    reduced = "d2t" in state
-    if (Vd != V) != reduced:
-        raise WeightsError(f"{where}: draft_vocab_size {Vd} vs vocab_size {V} but the weights "
-                           f"{'hold' if reduced else 'lack'} a d2t map")
+    reduced = "d2t" in state  # a map is applied even when it spans the whole vocabulary (it may permute)
+    if Vd != V and not reduced:
+        raise WeightsError(f"{where}: draft_vocab_size {Vd} is not vocab_size {V}, but the weights lack a d2t map")
+    if reduced and state["d2t"].numel() != Vd:
+        raise WeightsError(f"{where}: d2t has {state['d2t'].numel()} entries for draft_vocab_size {Vd}")
     if reduced and "lm_head.weight" not in state:
         raise WeightsError(f"{where}: a reduced-vocabulary head (d2t) needs its own lm_head.weight")
     return DSparkLayout(markov_rank=rank, confidence=conf_in is not None, confidence_with_markov=rank > 0 and conf_in == H + rank,

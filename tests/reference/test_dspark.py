@@ -161,8 +161,10 @@ def test_layout_from_state_refuses_contradictions(tmp_path):
                                                                                                            True, True)
     with pytest.raises(WeightsError, match="needs its own lm_head"):
         layout_from_state(cfg, {k: v for k, v in state.items() if k != "lm_head.weight"})
-    with pytest.raises(WeightsError, match="lack a d2t map"):
+    with pytest.raises(WeightsError, match="the weights lack a d2t map"):
         layout_from_state(cfg, {k: v for k, v in state.items() if k != "d2t"})
+    with pytest.raises(WeightsError, match="d2t has 5 entries for draft_vocab_size 6"):
+        layout_from_state(cfg, {**state, "d2t": state["d2t"][:5]})
     with pytest.raises(WeightsError, match="weights hold rank 4"):
         layout_from_state(cfg, {**state, "markov_head.markov_w1.weight": torch.zeros(8, 4)})
 

@@ -221,7 +221,7 @@ def runtime_setup(tmp_path_factory):
 DSPARK_ONLY = ("markov_head.", "confidence_head.", "lm_head.", "embed_tokens.", "d2t", "t2d")
 
 
-def _convert_backbone(root, name, cfg: dict, drop) -> "Path":
+def _convert_backbone(root, name, cfg: dict, drop) -> tuple:
     """Convert the drafter's DFlash backbone (the tensors the converter knows) to an f32 GGUF."""
     import json
 
