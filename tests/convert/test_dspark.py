@@ -12,20 +12,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from gguf import GGUFReader
 
 from tests.convert.dspark_ckpt import (CASES, VOCAB, build_case, dspark_config, gemma4_config, reduced_d2t,
                                        spm_target_dir, write_dspark)
 
-IGNORED = {"general.name", "general.size_label", "general.type"}
-
-
-def fields(path):
-    r = GGUFReader(path)
-    kv = {k: ([t.name for t in f.types], f.contents()) for k, f in r.fields.items()
-          if not k.startswith("GGUF.") and k not in IGNORED}
-    ts = {t.name: (t.tensor_type.name, [int(d) for d in t.shape], bytes(t.data.tobytes())) for t in r.tensors}
-    return kv, ts
+from tests.convert.test_llamacpp_ground_truth import fields  # noqa: E402  (one reader of both sides)
 
 
 # --- refusal cases: name -> (checkpoint writer, mainline's reason, our exit code) -------------
