@@ -16,7 +16,7 @@ import pytest
 from tests.convert.dspark_ckpt import (CASES, VOCAB, build_case, dspark_config, gemma4_config, reduced_d2t,
                                        spm_target_dir, write_dspark)
 
-from tests.convert.test_llamacpp_ground_truth import fields  # noqa: E402  (one reader of both sides)
+from tests.convert.test_llamacpp_ground_truth import fields, llama_src  # one reader, one skip rule
 
 
 # --- refusal cases: name -> (checkpoint writer, mainline's reason, our exit code) -------------
@@ -229,12 +229,7 @@ def load_many(paths) -> dict[str, str]:
 @pytest.fixture(scope="module")
 def mainline(tmp_path_factory):
     """Mainline's converter on every case and every refusal, in one process."""
-    src = os.environ.get("DFLASH_LLAMA_CPP_SRC")
-    if not src or not (Path(src) / "convert_hf_to_gguf.py").is_file():
-        pytest.skip("llama.cpp sources not found: set DFLASH_LLAMA_CPP_SRC (make test downloads them)")
-    pytest.importorskip("torch")
-    pytest.importorskip("transformers")
-    pytest.importorskip("sentencepiece")
+    src = str(llama_src())  # skips without the sources, torch, transformers or sentencepiece
     root = tmp_path_factory.mktemp("mainline")
     target = spm_target_dir(root)
     dirs = {n: build_case(root / "ckpt", n) for n in CASES}

@@ -99,3 +99,16 @@ def drafters(tmp_path_factory):
     w.write_header_to_file(); w.write_kv_data_to_file(); w.write_tensors_to_file(); w.close()
     out["target"] = d / "target.gguf"
     return out
+
+
+def assert_defect(cli, path, code: str, says: str) -> None:
+    """``path`` has a drafter finding ``code`` whose message contains ``says``, and ``check``
+    exits 12 exactly when some finding is an error."""
+    from dflash_gguf.guards.run import run_checks
+
+    r = run_checks(path)
+    found = [f for f in r.findings if f.code == code]
+    assert found and any(says in f.message for f in found), [f.message for f in r.findings]
+    assert all(f.category == "drafter" for f in found)
+    expected = 12 if any(f.severity.value == "error" for f in r.findings) else 0
+    assert cli("check", path)[0] == expected

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from dflash_gguf.guards.run import run_checks
-from tests.guards.conftest import FORMATS, V, rewrite
+from tests.guards.conftest import FORMATS, V, assert_defect, rewrite
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
@@ -42,9 +42,4 @@ def test_converted_drafters_are_clean_and_pair(cli, drafters, fmt):
 ])
 def test_drafter_defects(cli, drafters, tmp_path, fmt, change, code, says):
     p = rewrite(drafters[fmt], tmp_path / f"{fmt}.gguf", **change)
-    r = run_checks(p)
-    found = [f for f in r.findings if f.code == code]
-    assert found and any(says in f.message for f in found), [f.message for f in r.findings]
-    assert all(f.category == "drafter" for f in found)
-    expected = 12 if any(f.severity.value == "error" for f in r.findings) else 0
-    assert cli("check", p)[0] == expected
+    assert_defect(cli, p, code, says)

@@ -7,7 +7,7 @@ import pytest
 
 from dflash_gguf.guards.run import run_checks
 from tests.conftest import rewrite_gguf
-from tests.guards.conftest import V, rewrite
+from tests.guards.conftest import V, assert_defect, rewrite
 
 
 @pytest.mark.parametrize("case", ["draft", "qwen3-reduced", "speculator", "lfm2", "ling", "gemma4", "gemma4-tied"])
@@ -55,12 +55,7 @@ def _ones(n, dtype=np.float32):
 ])
 def test_dspark_defects(cli, dspark, tmp_path, case, change, code, says):
     p = rewrite(dspark["gguf"][case], tmp_path / "d.gguf", **change)
-    r = run_checks(p)
-    found = [f for f in r.findings if f.code == code]
-    assert found and any(says in f.message for f in found), [f.message for f in r.findings]
-    assert all(f.category == "drafter" for f in found)
-    expected = 12 if any(f.severity.value == "error" for f in r.findings) else 0
-    assert cli("check", p)[0] == expected
+    assert_defect(cli, p, code, says)
 
 
 def test_dspark_in_a_fork_format_is_an_error(drafters, tmp_path):
