@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
-from .dspark import ALL_DSPARK_ARCHS, DSPARK_ARCHS, DSparkSpec, normalize_dspark, parse_dspark
+from .dspark import (ALL_DSPARK_ARCHS, DSPARK_ARCHS, DSparkSpec, layer_config_default_theta, normalize_dspark,
+                     parse_dspark)
 from .rope import RopeScaling, parse_rope
 from .values import INT32_MAX, MAX_LAYERS, coerce, flag, read_config_json
 
@@ -46,6 +47,7 @@ class DrafterConfig:
     max_position_embeddings: int | None
     vocab_size: int
     rope_theta: float
+    rope_theta_in_config: bool  # False: a speculators layer's class default (no rope.freq_base is written)
     rope_scaling: RopeScaling | None
     partial_rotary_factor: float | None
     mask_token_id: int | None  # None only for a DSpark export without one (mainline converts it as is)
@@ -144,8 +146,15 @@ def parse_config(raw: dict[str, Any], cfg_path: Path) -> DrafterConfig:
     if n_head % n_kv != 0:
         raise ConfigError(f"{cfg_path}: num_attention_heads={n_head} is not a multiple of num_key_value_heads={n_kv}")
 
-    rope = parse_rope(raw, cfg_path)
+    default_theta = layer_config_default_theta(published, raw, cfg_path)
+    rope = parse_rope(raw, cfg_path, required=default_theta is None)
     r.sources.update(rope.sources)
+    theta = rope.theta
+    if theta is None:
+        theta = default_theta
+        r.sources["rope_theta"] = "transformers' default for transformer_layer_config.model_type"
+        r.warnings.append(f"rope_theta is not in config.json: the speculators layer runs with transformers' default "
+                          f"{theta:g}; written without rope.freq_base, as mainline llama.cpp does (its default is the same)")
 
     # DSpark hook: mainline converts a DSpark export without a mask id (and writes none)
     mask = r.knob_int("mask_token_id", required=arch not in DSPARK_ARCHS, lo=0)
@@ -215,7 +224,8 @@ def parse_config(raw: dict[str, Any], cfg_path: Path) -> DrafterConfig:
         rms_norm_eps=eps,
         max_position_embeddings=r.top_int("max_position_embeddings", required=False),
         vocab_size=vocab,
-        rope_theta=rope.theta,
+        rope_theta=theta,
+        rope_theta_in_config=default_theta is None,
         rope_scaling=rope.scaling,
         partial_rotary_factor=rope.partial_rotary_factor,
         mask_token_id=mask,

@@ -32,6 +32,11 @@ ALL_DSPARK_ARCHS = (*DSPARK_ARCHS, GEMMA4_DSPARK_ARCH)
 GEMMA4_DEFAULT_ROPE = {"full_attention": {"rope_type": "proportional", "partial_rotary_factor": 0.25,
                                           "rope_theta": 1000000.0}}
 GEMMA4_ACT = "gelu_pytorch_tanh"
+# A speculators export builds its block as the transformers config class of
+# transformer_layer_config.model_type, so a RoPE theta it omits is that class's default
+# (Qwen3Config.default_theta); mainline then writes no rope.freq_base and its runtime's own
+# default is the same 10,000. Other layer types are refused rather than guessed.
+LAYER_CONFIG_DEFAULT_THETA = {"qwen3": 10000.0}
 
 
 @dataclass(frozen=True)
@@ -95,6 +100,26 @@ def normalize_dspark(raw: dict[str, Any], arch: str, path: Path) -> dict[str, An
         else:
             out["dflash_config"] = {k: out[k] for k in ("target_layer_ids", "mask_token_id") if k in out}
     return out
+
+
+def layer_config_default_theta(raw: dict[str, Any], normalized: dict[str, Any], path: Path) -> float | None:
+    """The RoPE theta a speculators export runs with when neither its top level nor its
+    ``transformer_layer_config`` names one; None when one is named or ``raw`` is no such export.
+
+    Raises:
+        ConfigError: no theta is named and the layer type's default is not known here.
+    """
+    tlc = raw.get("transformer_layer_config")
+    params = normalized.get("rope_parameters")
+    if not isinstance(tlc, dict) or normalized.get("rope_theta") is not None or (
+            isinstance(params, dict) and params.get("rope_theta") is not None):
+        return None
+    model_type = tlc.get("model_type")
+    if model_type not in LAYER_CONFIG_DEFAULT_THETA:
+        raise ConfigError(f"{path}: transformer_layer_config names no rope_theta and its model_type {model_type!r:.40} "
+                          f"has no default known here (known: {', '.join(LAYER_CONFIG_DEFAULT_THETA)}); "
+                          "add rope_theta to transformer_layer_config")
+    return LAYER_CONFIG_DEFAULT_THETA[model_type]
 
 
 def parse_dspark(raw: dict[str, Any], arch: str, vocab_size: int, path: Path,

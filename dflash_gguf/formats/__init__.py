@@ -95,7 +95,8 @@ def meta_from_config(
         elif rs.type in ("longrope", "su"):
             add("rope.scaling.type", RopeScalingType.LONGROPE.value, T.STRING)
         # llama3: the runtime reads a rope_freqs tensor instead (added by the plan).
-    add("rope.freq_base", cfg.rope_theta, T.FLOAT32)
+    if cfg.rope_theta_in_config:
+        add("rope.freq_base", cfg.rope_theta, T.FLOAT32)
     add("attention.layer_norm_rms_epsilon", cfg.rms_norm_eps, T.FLOAT32)
     if raw.get("head_dim") is not None:
         add("attention.key_length", cfg.head_dim, T.UINT32)

@@ -18,6 +18,7 @@ from gguf import GGUFValueType as T
 
 from ..errors import TargetError
 from ..fileio.types import KV, kv_array, kv_bool, kv_str
+from .gemma4_vocab import GEMMA4_ARCHS, gemma4_vocab
 from .hf_files import HINT, read_json, tokenizer_config
 from .keys import (
     BYTE, CONTROL, K_ADD_PREFIX, K_MERGES, K_MODEL, K_PRE, K_SCORES, K_TOKEN_TYPE, K_TOKENS, NORMAL, UNKNOWN,
@@ -37,6 +38,7 @@ _BPE_ONLY = frozenset({
     "Qwen3_5ForConditionalGeneration", "Qwen3_5ForCausalLM",
     "Qwen3_5MoeForConditionalGeneration", "Qwen3_5MoeForCausalLM",
     "GptOssForCausalLM",
+    "MiMoV2FlashForCausalLM", "MiMoV2ForCausalLM",  # MimoV2Model: TextModel.set_vocab -> _set_vocab_gpt2
 })
 _LLAMA = frozenset({"LlamaForCausalLM", "LLaMAForCausalLM", "MistralForCausalLM", "MixtralForCausalLM", "LlamaModel"})
 
@@ -46,8 +48,8 @@ class HFVocab(NamedTuple):
 
     kvs: list[KV]
     model: str  # tokenizer.ggml.model: "llama" (SentencePiece) or "gpt2" (BPE)
-    pre: str  # tokenizer.ggml.pre
-    pre_source: str  # "default" (SentencePiece) | "chkhsh" | "pre_tokenizer"
+    pre: str  # tokenizer.ggml.pre ("" when none is written)
+    pre_source: str  # "default" (SentencePiece) | "chkhsh" | "pre_tokenizer" | "none"
     notes: list[str]  # things the CLI should tell the user (never fatal)
 
 
@@ -67,9 +69,12 @@ def vocab_from_hf_dir(d: Path, vocab_size: int) -> tuple[str, HFVocab]:
         return arch, _spm_vocab(d, vocab_size)
     if arch in _SPM_ELSE_BPE or arch in _BPE_ONLY:
         return arch, _bpe_vocab(d, vocab_size)
+    if arch in GEMMA4_ARCHS:
+        kvs, notes = gemma4_vocab(d)
+        return arch, HFVocab(kvs, "gemma4", "", "none", notes)  # Gemma4Model writes no tokenizer.ggml.pre
     raise TargetError(
         f"{d}: target architecture {arch or '(none)'}: rebuilding its tokenizer the way llama.cpp does is not "
-        f"implemented here (supported: Llama, Qwen2/3, Qwen3-MoE/Next, Qwen3.5, gpt-oss); {HINT}"
+        f"implemented here (supported: Llama, Qwen2/3, Qwen3-MoE/Next, Qwen3.5, gpt-oss, MiMo-V2, Gemma 4); {HINT}"
     )
 
 

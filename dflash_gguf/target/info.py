@@ -48,7 +48,7 @@ class TargetInfo:
     n_vocab_tokens: int  # entries in tokenizer.ggml.tokens (llama.cpp pads to vocab_size)
     tokenizer_model: str | None  # tokenizer.ggml.model: "gpt2", "llama", ...
     tokenizer_pre: str | None
-    pre_source: str  # "copied" | "default" (SentencePiece) | "chkhsh" | "pre_tokenizer"
+    pre_source: str  # "copied" | "default" (SentencePiece) | "chkhsh" | "pre_tokenizer" | "none" (Gemma 4)
     kvs: tuple[KV, ...]
     notes: tuple[str, ...] = ()  # things the CLI should tell the user (never fatal)
     # M-RoPE target: the drafter must carry rope.dimension_sections or mainline ropes it as plain NeoX
@@ -210,7 +210,7 @@ def target_from_hf_dir(path: str | Path) -> TargetInfo:
     return TargetInfo(
         source=d, source_kind="hf", arch=arch, model_type=cfg.model_type,
         hidden_size=cfg.hidden_size, num_hidden_layers=cfg.num_hidden_layers, vocab_size=cfg.vocab_size,
-        n_vocab_tokens=n_tokens, tokenizer_model=vocab.model, tokenizer_pre=vocab.pre, pre_source=vocab.pre_source,
+        n_vocab_tokens=n_tokens, tokenizer_model=vocab.model, tokenizer_pre=vocab.pre or None, pre_source=vocab.pre_source,
         kvs=tuple(vocab.kvs), notes=tuple(vocab.notes), uses_mrope=cfg.uses_mrope,
     )
 

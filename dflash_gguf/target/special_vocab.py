@@ -27,7 +27,7 @@ _ID_KEYS = {  # SpecialVocab type -> key; "cls" has no writer handler and is nev
     "eot": "tokenizer.ggml.eot_token_id",
     "eom": "tokenizer.ggml.eom_token_id",
 }
-_ADD_KEYS = {  # only these add_<typ>_token flags have writer handlers
+ADD_KEYS = {  # only these add_<typ>_token flags have writer handlers
     "bos": "tokenizer.ggml.add_bos_token",
     "eos": "tokenizer.ggml.add_eos_token",
     "sep": "tokenizer.ggml.add_sep_token",
@@ -162,8 +162,8 @@ def special_vocab_kvs(d: Path, *, load_merges: bool, n_vocab: int | None, notes:
         if typ in _ID_KEYS:
             out.append(kv_u32(_ID_KEYS[typ], tid))
     for typ, flag in add.items():
-        if typ in _ADD_KEYS:
-            out.append(kv_bool(_ADD_KEYS[typ], flag))
+        if typ in ADD_KEYS:
+            out.append(kv_bool(ADD_KEYS[typ], flag))
     out += _chat_template_kvs(template)
     if lower is not None:
         out.append(kv_bool(K_NORM_LOWER, bool(lower)))

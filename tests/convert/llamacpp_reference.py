@@ -183,6 +183,40 @@ def assert_same_summary(ours: Summary, ref: Summary, ignore: Iterable[str] = IGN
         raise AssertionError("GGUF headers differ (ours vs reference):\n  " + "\n  ".join(diff))
 
 
+def summary_gguf(summary: Summary, path: Path) -> Path:
+    """A GGUF with ``summary``'s KVs and tensor infos and a hole for its data: what a header-only
+    reference run wrote, rebuilt from the cache (e.g. to show that real llama.cpp refuses it)."""
+    import gguf
+    import numpy as np
+
+    kvs = {k: v for k, _, v in summary.kvs}
+    w = gguf.GGUFWriter(path, kvs["general.architecture"])
+    for key, type_, value in summary.kvs:
+        if key == "general.architecture":
+            continue
+        sub = gguf.GGUFValueType[type_[6:-1]] if type_.startswith("ARRAY[") else None
+        if sub == gguf.GGUFValueType.STRING:
+            value = [v.encode("utf-8", "surrogateescape") for v in value]
+        elif isinstance(value, str):
+            value = value.encode("utf-8", "surrogateescape")
+        w.add_key_value(key, value, gguf.GGUFValueType.ARRAY if sub else gguf.GGUFValueType[type_], sub_type=sub)
+    size = 0
+    for name, type_, ne in summary.tensors:
+        qtype = gguf.GGMLQuantizationType[type_]
+        block, type_size = gguf.GGML_QUANT_SIZES[qtype]
+        nbytes = math.prod(ne) // block * type_size
+        w.add_tensor_info(name, tuple(reversed(ne)), np.dtype(np.float32), nbytes, raw_dtype=qtype)
+        size += nbytes + (-nbytes % w.data_alignment)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_ti_data_to_file()
+    w.close()
+    with open(path, "r+b") as f:
+        end = f.seek(0, os.SEEK_END)
+        f.truncate(end + (-end % w.data_alignment) + size)
+    return path
+
+
 # --- running the vendored converter ------------------------------------------------------
 
 RUNNER = r'''
@@ -307,7 +341,7 @@ def llama_load(path: str | os.PathLike[str], *, cheap: bool = True) -> str:
 
 # --- cache -------------------------------------------------------------------------------
 
-def _digest_file(h, p: Path) -> None:
+def digest_file(h, p: Path) -> None:
     with open(p, "rb") as f:
         if p.suffix == ".safetensors":
             # The header (names, dtypes, shapes, offsets) and the size, not the weights: a
@@ -331,7 +365,7 @@ def _digest_dir(h, d: Path) -> None:
                 continue
             p = Path(root) / name
             h.update(f"\0file {p.relative_to(d).as_posix()}\0".encode())
-            _digest_file(h, p)
+            digest_file(h, p)
 
 
 @lru_cache(maxsize=4)

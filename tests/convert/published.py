@@ -182,6 +182,36 @@ def sparse_target_weights(slug: str, dest: Path) -> Path | None:
     return path
 
 
+def sparse_float_target_gguf(slug: str, vocab_gguf: Path, dest: Path) -> Path:
+    """``vocab_gguf`` (the target as llama.cpp's converter writes it with --vocab-only) plus the
+    tensors a mask_embedding.pt drafter borrows, as BF16 holes: the float target GGUF that
+    ``convert --target-gguf`` needs for such a drafter (KVs copied with gguf-py, in order)."""
+    import gguf
+    import numpy as np
+
+    tc = target_config(slug)
+    tc = {**tc, **tc.get("text_config", {})}
+    vocab, hidden = tc["vocab_size"], tc["hidden_size"]
+    names = ["token_embd.weight"] + ([] if tc.get("tie_word_embeddings") else ["output.weight"])
+    r = gguf.GGUFReader(vocab_gguf)
+    w = gguf.GGUFWriter(dest, str(r.fields["general.architecture"].contents()))
+    for k, f in r.fields.items():
+        if not k.startswith("GGUF.") and k != "general.architecture":
+            w.add_key_value(k, f.contents(), f.types[0], sub_type=f.types[1] if len(f.types) > 1 else None)
+    size = nbytes("BF16", [vocab, hidden])
+    for name in names:
+        w.add_tensor_info(name, (vocab, hidden), np.dtype(np.float16), size, raw_dtype=gguf.GGMLQuantizationType.BF16)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_ti_data_to_file()
+    w.close()
+    with open(dest, "r+b") as f:  # the data section: aligned start, every tensor a hole
+        start = f.seek(0, os.SEEK_END)
+        start += -start % w.data_alignment
+        f.truncate(start + sum(size + (-size % w.data_alignment) for _ in names))
+    return dest
+
+
 def write_tables(slugs: list[str] | None = None) -> None:
     """Refresh tensors.json for the given entries (all that have no published header by default)."""
     for e in load_index():
