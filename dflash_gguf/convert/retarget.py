@@ -12,7 +12,7 @@ from ..fileio.gguf_writer import TensorOut, WriteReport, write_gguf
 from gguf import GGUFValueType as T
 
 from ..formats import Format, get_format, meta_from_gguf
-from ..formats.meta import ROPE_SECTIONS
+from ..formats.meta import ROPE_SECTIONS, without_mask
 from ..target.info import load_target
 
 
@@ -77,7 +77,7 @@ def _attach_target(meta, target_gguf, target_dir, src) -> None:
     if meta.n_target_features != width:
         raise TargetError(f"{src}: fc input width {meta.n_target_features} != {len(meta.taps)} taps × target hidden "
                           f"{target.hidden_size} ({target.source}); is this the drafter's target?")
-    meta.tokenizer = [kv for kv in target.kvs if kv.key != "tokenizer.ggml.mask_token_id"]
+    meta.tokenizer, meta.mask_at = without_mask(list(target.kvs))
     meta.vocab_size = target.vocab_size
     if target.uses_mrope and meta.hparam(ROPE_SECTIONS) is None:
         head_dim = meta.hparam("attention.key_length") or meta.hidden_size // int(meta.hparam("attention.head_count"))

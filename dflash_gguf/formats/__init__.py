@@ -15,7 +15,7 @@ from ..errors import GGUFFormatError, UsageError
 from ..fileio.types import KV
 from ..fileio.gguf_header import show
 from ..fileio.gguf_reader import bad_kv, get_int
-from .meta import ROPE_SECTIONS, DrafterMeta, Format
+from .meta import MASK_ID, ROPE_SECTIONS, DrafterMeta, Format, without_mask
 from .dflash_draft import DFLASH_DRAFT
 from .dspark import is_dspark
 from .llama_cpp import MAINLINE, PR22105_FORMAT
@@ -131,6 +131,7 @@ def meta_from_config(
         dflash2 = {k: getattr(cfg, k) for k in ("conv_kernel_size", "conv_group_size", "selector_rank", "selector_top_k")}
     if flavor is None:
         flavor = "gemma4" if (cfg.final_logit_softcapping is not None or "gemma" in cfg.model_type) else "qwen35"
+    tokenizer, mask_at = without_mask(list(tokenizer))
     return DrafterMeta(
         taps=cfg.target_layer_ids,
         block_size=cfg.block_size,
@@ -140,8 +141,8 @@ def meta_from_config(
         general=general,
         hparams=hp,
         dflash2=dflash2,
-        # The drafter's mask id wins over any the target's vocab carries (written per format).
-        tokenizer=[kv for kv in tokenizer if kv.key != "tokenizer.ggml.mask_token_id"],
+        tokenizer=tokenizer,
+        mask_at=mask_at,
         file_type=file_type,
         quantization_version=2,
         flavor=flavor,
@@ -186,6 +187,8 @@ def meta_from_gguf(
         get_int(kvs, f"{arch}.{key}", None, path=where, lo=1)
     prefix = f"{arch}."
     for key, kv in kvs.items():
+        if key == MASK_ID and key in consumed:  # read as the drafter's mask id: keep its place on rewrite
+            meta.mask_at = len(meta.tokenizer)
         if key in consumed:
             continue
         if key.startswith("tokenizer."):

@@ -8,9 +8,7 @@ while z-lab ids name the layer whose *output* is tapped.
 """
 from __future__ import annotations
 
-from .meta import DKey, Format
-
-MASK_KEY = "tokenizer.ggml.mask_token_id"
+from .meta import MASK_ID, DKey, Format
 _DFLASH2_KEYS = ("conv_kernel_size", "conv_group_size", "selector_rank", "selector_top_k")
 
 
@@ -28,14 +26,14 @@ class Mainline(Format):
     required_keys = (
         ("{a}.target_layers", "error", "the loader throws 'DFlash model requires target_layers'"),
         ("{a}.attention.layer_norm_rms_epsilon", "error", "the loader requires it"),
-        (MASK_KEY, "error", "the runtime takes the mask token from the vocab"),
+        (MASK_ID, "error", "the runtime takes the mask token from the vocab"),
         ("{a}.rope.freq_base", "warning", "llama.cpp falls back to 10,000: wrong RoPE, low acceptance"),
         ("{a}.block_size", "info", "the runtime assumes 16"),
     )
     # The mask id moved into the vocab (llama_vocab_mask); the converter writes it last.
     dflash_keys = (DKey("{a}.block_size", "block_size"),
                    *(DKey(f"{{a}}.{k}", k) for k in _DFLASH2_KEYS),
-                   DKey("{a}.target_layers", "taps"), DKey(MASK_KEY, "mask_token_id", tail=True))
+                   DKey("{a}.target_layers", "taps"), DKey(MASK_ID, "mask_token_id", tail=True))
 
 
 class PR22105(Format):

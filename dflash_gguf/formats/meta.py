@@ -26,6 +26,17 @@ T = GGUFValueType
 # [head_dim/2, 0, 0, 0] that makes mainline rope it on the target's temporal positions
 ROPE_SECTIONS = "rope.dimension_sections"
 
+MASK_ID = "tokenizer.ggml.mask_token_id"
+
+
+def without_mask(tokenizer: list[KV]) -> tuple[list[KV], int | None]:
+    """The target's tokenizer KVs without its mask id, and where that id stood (``mask_at``):
+    the drafter's mask id wins over any the target's vocab carries."""
+    keys = [kv.key for kv in tokenizer]
+    at = keys.index(MASK_ID) if MASK_ID in keys else None
+    return [kv for kv in tokenizer if kv.key != MASK_ID], at
+
+
 @dataclass
 class DrafterMeta:
     """The semantic content of a drafter GGUF, independent of any runtime's spelling.
@@ -43,7 +54,10 @@ class DrafterMeta:
     general: list[KV] = field(default_factory=list)  # general.* except architecture/file_type/quant version
     hparams: list[tuple[str, Any, GGUFValueType, GGUFValueType | None]] = field(default_factory=list)
     dflash2: dict[str, int] = field(default_factory=dict)  # conv_kernel_size, conv_group_size, selector_*
-    tokenizer: list[KV] = field(default_factory=list)
+    tokenizer: list[KV] = field(default_factory=list)  # the target's, without its mask id (see mask_at)
+    # Where the target's vocab had tokenizer.ggml.mask_token_id: a format that writes the drafter's
+    # there overwrites it in place, as gguf-py's writer does for mainline's converter.
+    mask_at: int | None = None
     file_type: int | None = None
     quantization_version: int | None = None
     flavor: str | None = None  # lucebox: "qwen35" | "gemma4"
@@ -131,9 +145,11 @@ class Format:
         out += self.dflash_kvs(arch, meta)
         if meta.quantization_version is not None:
             out.append(KV("general.quantization_version", int(meta.quantization_version), T.UINT32))
-        out += meta.tokenizer
-        out += self.tail_kvs(arch, meta)
-        return arch, out
+        tokenizer, tail = list(meta.tokenizer), self.tail_kvs(arch, meta)
+        if meta.mask_at is not None:
+            tokenizer[meta.mask_at:meta.mask_at] = [kv for kv in tail if kv.key == MASK_ID]
+            tail = [kv for kv in tail if kv.key != MASK_ID]
+        return arch, out + tokenizer + tail
 
     def dflash_kvs(self, arch: str, meta: DrafterMeta) -> list[KV]:
         return [kv for k in self.dflash_keys if not k.tail for kv in self._write(k, arch, meta)]

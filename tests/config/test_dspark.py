@@ -89,3 +89,24 @@ def test_gemma4_refusals_mainline_crashes_on(tmp_path, over, says):
     # mainline raises KeyError / TypeError here; we say what is missing or wrong
     with pytest.raises(ConfigError, match=says):
         load_config(write_cfg(tmp_path, gemma4_config(**over)))
+
+
+def test_speculators_layer_without_rope_theta_runs_with_its_class_default(tmp_path):
+    # transformers' Qwen3Config default (10000); mainline writes no rope.freq_base for it and its
+    # runtime's default is the same, so we write none either (the published RedHat export is such a file)
+    raw = dspark_config("DSparkSpeculator", speculators=True)
+    del raw["transformer_layer_config"]["rope_theta"]
+    cfg = load_config(write_cfg(tmp_path, raw))
+    assert cfg.rope_theta == 10000.0 and not cfg.rope_theta_in_config
+    assert any("rope_theta is not in config.json" in w for w in cfg.warnings)
+    from dflash_gguf.formats import meta_from_config
+    hp = {s for s, *_ in meta_from_config(cfg, n_target_features=3 * cfg.hidden_size).hparams}
+    assert "rope.freq_base" not in hp and "attention.layer_norm_rms_epsilon" in hp
+
+
+def test_speculators_layer_of_unknown_type_without_rope_theta_is_refused(tmp_path):
+    raw = dspark_config("DSparkSpeculator", speculators=True)
+    del raw["transformer_layer_config"]["rope_theta"]
+    raw["transformer_layer_config"]["model_type"] = "llama"
+    with pytest.raises(ConfigError, match="names no rope_theta and its model_type 'llama'"):
+        load_config(write_cfg(tmp_path, raw))

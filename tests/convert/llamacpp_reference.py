@@ -12,7 +12,7 @@ a full run's (the tests prove it on the fixture drafters).
 
 The converter pays ~7 s of imports (torch, transformers) per process, so all the jobs of one
 call run in one process that imports once, each job in a fork of it (its own copy of every
-module global, as in a separate run). Summaries are cached as JSON under
+module global, as in a separate run), one fork per core at a time. Summaries are cached as JSON under
 ``<repo>/.cache/reference-conversions/``, keyed by everything the converter reads (see
 ``cache_key``), so a second run costs nothing.
 
@@ -221,7 +221,7 @@ def summary_gguf(summary: Summary, path: Path) -> Path:
 
 RUNNER = r'''
 import json, os, runpy, sys, traceback
-src, jobs_path = sys.argv[1], sys.argv[2]
+src, jobs_path, parallel = sys.argv[1], sys.argv[2], int(sys.argv[3])
 # The converter's heavy imports, paid once before forking.
 import torch  # noqa: F401
 import gguf
@@ -251,8 +251,13 @@ def header_only(self, *, progress=False):
 
 
 script = os.path.join(src, "convert_hf_to_gguf.py")
-codes = []
-for job in json.load(open(jobs_path)):
+jobs = json.load(open(jobs_path))
+codes = [None] * len(jobs)
+running = {}  # pid -> job index; a job is single-threaded Python, so one per core at a time
+for i, job in enumerate(jobs):
+    while len(running) >= parallel:
+        pid, status = os.wait()
+        codes[running.pop(pid)] = os.waitstatus_to_exitcode(status)
     sys.stdout.flush()
     pid = os.fork()
     if pid == 0:
@@ -274,7 +279,10 @@ for job in json.load(open(jobs_path)):
             sys.stdout.flush()
             sys.stderr.flush()
             os._exit(code)
-    codes.append(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))
+    running[pid] = i
+while running:
+    pid, status = os.wait()
+    codes[running.pop(pid)] = os.waitstatus_to_exitcode(status)
 print(json.dumps(codes))
 '''
 
@@ -302,7 +310,8 @@ def run_converter(jobs: Sequence[Job], outs: Sequence[Path], *, header_only: boo
                # the converter must not reach for the Hub: everything it needs is in the two dirs
                "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
         env.pop("NO_LOCAL_GGUF", None)
-        r = subprocess.run([sys.executable, "-c", RUNNER, str(src), str(Path(tmp) / "jobs.json")],
+        parallel = str(max(1, min(len(jobs), len(os.sched_getaffinity(0)))))
+        r = subprocess.run([sys.executable, "-c", RUNNER, str(src), str(Path(tmp) / "jobs.json"), parallel],
                            env=env, capture_output=True, text=True, cwd=tmp)
     if r.returncode != 0:
         raise AssertionError(f"reference runner failed ({r.returncode}): {r.stderr[-2000:]}")
@@ -368,17 +377,20 @@ def _digest_dir(h, d: Path) -> None:
             digest_file(h, p)
 
 
-@lru_cache(maxsize=4)
-def converter_digest(src: Path) -> str:
-    """The converter's code: the script, ``conversion/`` and ``gguf-py/gguf/``, plus the
-    versions of the libraries it reads tokenizers with."""
+LIBRARIES = ("torch", "transformers", "tokenizers", "sentencepiece", "numpy", "protobuf")
+
+
+@lru_cache(maxsize=8)
+def converter_digest(src: Path, versions: bool = True) -> str:
+    """The converter's code: the script, ``conversion/`` and ``gguf-py/gguf/``, plus (``versions``)
+    the versions of the libraries it reads tokenizers with."""
     h = hashlib.sha256()
     files = [src / "convert_hf_to_gguf.py", *sorted((src / "conversion").rglob("*.py")),
              *sorted((src / "gguf-py" / "gguf").rglob("*.py"))]
     for p in files:
         h.update(f"\0{p.relative_to(src).as_posix()}\0".encode())
         h.update(p.read_bytes())
-    for dist in ("torch", "transformers", "tokenizers", "sentencepiece", "numpy", "protobuf"):
+    for dist in LIBRARIES if versions else ():
         try:
             version = metadata.version(dist)
         except metadata.PackageNotFoundError:
@@ -387,12 +399,13 @@ def converter_digest(src: Path) -> str:
     return h.hexdigest()
 
 
-def cache_key(job: Job, src: Path) -> str:
+def cache_key(job: Job, src: Path, *, versions: bool = True) -> str:
     """Hash of: the drafter dir (config.json, side files such as mask_embedding.pt, safetensors
-    headers), the target dir's files, the outtype, the converter's code and this runner."""
+    headers), the target dir's files, the outtype, the converter's code and this runner (and,
+    with ``versions``, the library versions)."""
     h = hashlib.sha256(f"format {SUMMARY_FORMAT}\0outtype {job.outtype}\0".encode())
     h.update(hashlib.sha256(RUNNER.encode()).digest())
-    h.update(converter_digest(src).encode())
+    h.update(converter_digest(src, versions).encode())
     h.update(b"\0drafter\0")
     _digest_dir(h, Path(job.drafter))
     h.update(b"\0target\0")

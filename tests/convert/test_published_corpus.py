@@ -2,9 +2,10 @@
 vocabularies) converts to the same GGUF header as llama.cpp's own converter, through
 --target-dir and --target-gguf alike, and real llama.cpp loads the result.
 
-Costs: our side writes sparse files (holes), the reference is header-only and cached under
-.cache/reference-conversions/, the real vocabularies under .cache/real-vocab/ (see their
-modules). A cold run is dominated by the converter's vocab building (minutes on 2 cores).
+Costs: our side writes sparse files (holes); the reference headers are committed, digested, beside
+each entry (``reference_golden``; a stale one is converted live, header-only, and cached under
+.cache/reference-conversions/); the real vocabularies and the target GGUFs llama.cpp's converter
+writes for them are built under .cache/real-vocab/ (see ``tests.target.real_vocab``).
 """
 from __future__ import annotations
 
@@ -15,12 +16,14 @@ import pytest
 
 from tests.convert.llamacpp_reference import (IGNORED, Job, assert_same_summary, gguf_summary, llama_load, llama_src,
                                               model_card_keys, reference_headers, summary_gguf)
+from tests.convert.reference_golden import GOLDEN_NAME, digested, golden_headers
 from tests.convert.published import load_index, sparse_checkpoint, sparse_float_target_gguf, sparse_target_weights
 
 pytestmark = pytest.mark.slow
 
 ENTRIES = load_index()
 BY_SLUG = {e["slug"]: e for e in ENTRIES}
+FIXTURES = Path(__file__).parents[2] / "fixtures" / "published"
 RUNNABLE = [e for e in ENTRIES if e["expected_by_mainline"] == "converts" or "mask_embedding" in e["expected_by_mainline"]]
 
 
@@ -49,7 +52,7 @@ def corpus(tmp_path_factory):
             continue
         d = root / e["slug"]
         sparse_checkpoint(e["slug"], d / "drafter")
-        tcfg = json.loads((Path(__file__).parents[2] / "fixtures/published" / e["slug"] / "target_config.json").read_text())
+        tcfg = json.loads((FIXTURES / e["slug"] / "target_config.json").read_text())
         try:
             target = rv.real_target_dir(e["target_vocab"], tcfg, d / "target")
         except pytest.skip.Exception as exc:  # this vocabulary's source is absent here; the others still run
@@ -58,7 +61,7 @@ def corpus(tmp_path_factory):
         sparse_target_weights(e["slug"], target)
         built[e["slug"]] = (d / "drafter", target)
     jobs = [Job(dr, t) for dr, t in built.values()]
-    refs = reference_headers(jobs, src=src)
+    refs = golden_headers(jobs, [FIXTURES / slug / GOLDEN_NAME for slug in built], src=src)
     ggufs = {}
     for slug, (_, t) in built.items():  # one target's failure is that entry's, not the corpus's
         try:
@@ -86,15 +89,16 @@ def test_published_drafter_converts_like_llama_cpp(cli, tmp_path, corpus, slug, 
     if refusal:
         # we refuse where mainline writes a file its own runtime cannot load: show both halves
         assert code != 0 and refusal in err and not out.exists(), err
-        assert llama_load(summary_gguf(ref, tmp_path / "mainline.gguf")) == "FAILED"
+        full = reference_headers([Job(drafter, target_dir)], src=llama_src())[0]  # live: the whole header
+        assert digested(full) == ref
+        assert llama_load(summary_gguf(full, tmp_path / "mainline.gguf")) == "FAILED"
         return
     assert code == 0, err
     # model-card keys (basename, finetune, tags, ...) the reference derives from the directory name:
     # authorship metadata that no llama.cpp loader reads (see llamacpp_reference.model_card_keys)
-    assert_same_summary(gguf_summary(out), ref, ignore=IGNORED | model_card_keys(ref))
-    if path == "target-dir":  # real llama.cpp loads ours, and mainline's header rebuilt from the cache
+    assert_same_summary(digested(gguf_summary(out)), ref, ignore=IGNORED | model_card_keys(ref))
+    if path == "target-dir":
         assert llama_load(out) == "LOADED"
-        assert llama_load(summary_gguf(ref, tmp_path / "mainline.gguf")) == "LOADED"
 
 
 def test_corpus_covers_the_families():

@@ -11,6 +11,7 @@ from gguf import GGUFValueType as V
 from dflash_gguf.errors import GGUFFormatError
 from dflash_gguf.fileio.types import KV
 from dflash_gguf.formats import DFLASH_DRAFT, LUCEBOX, MAINLINE, meta_from_gguf
+from dflash_gguf.formats.meta import without_mask
 from dflash_gguf.fileio.gguf_reader import get_bool, get_bools, get_float, get_int, get_ints, get_str
 
 SHAPES = {"fc.weight": (64, 256), "enc.output_norm.weight": (64,), "blk.0.attn_norm.weight": (64,)}
@@ -144,3 +145,28 @@ def test_typed_accessors():
         get_float(kvs, "z", None, positive=True)
     with pytest.raises(GGUFFormatError, match="required key nope is missing"):
         get_int(kvs, "nope", None, path="p")
+
+
+def _keys(fmt, meta) -> list[str]:
+    return [kv.key for kv in fmt.kvs(meta)[1]]
+
+
+def test_mask_id_keeps_its_place_among_the_tokenizer_keys():
+    # gguf-py's writer overwrites a key where it stands: mainline's converter writes the drafter's
+    # mask id where the target's vocab had one (Gemma 4: after padding_token_id), else last.
+    tok = [KV("tokenizer.ggml.model", "gemma4", V.STRING), KV("tokenizer.ggml.mask_token_id", 4, V.UINT32),
+           KV("tokenizer.ggml.add_bos_token", True, V.BOOL)]
+    kvs = mainline()
+    del kvs["tokenizer.ggml.mask_token_id"]
+    kvs.update({kv.key: kv for kv in tok})
+    fmt, meta = meta_from_gguf(kvs, SHAPES, "d.gguf")
+    assert meta.mask_token_id == 4 and meta.mask_at == 1
+    keys = _keys(fmt, meta)
+    assert keys[-3:] == ["tokenizer.ggml.model", "tokenizer.ggml.mask_token_id", "tokenizer.ggml.add_bos_token"]
+    # a vocab without one: appended after the tokenizer keys
+    meta.tokenizer, meta.mask_at = without_mask([tok[0], tok[2]])
+    assert meta.mask_at is None and _keys(MAINLINE, meta)[-3:] == [tok[0].key, tok[2].key, tok[1].key]
+    # a format that stores the mask id under its own key drops the target's
+    meta.tokenizer, meta.mask_at = without_mask(tok)
+    assert meta.mask_at == 1 and "tokenizer.ggml.mask_token_id" not in _keys(DFLASH_DRAFT, meta)
+    assert _keys(MAINLINE, meta)[-2] == "tokenizer.ggml.mask_token_id"

@@ -191,27 +191,11 @@ def test_ours_writes_llama_cpps_tokenizer_kvs(real_runs, cli, tmp_path, name, fl
     tdir, ddir, gguf, golden = _run(real_runs, name)
     out = tmp_path / "drafter.gguf"
     code, _, err = cli("convert", ddir, flag, tdir if flag == "--target-dir" else gguf, "-o", out)
-    if flag == "--target-dir" and VOCABS[TARGETS[name].vocab].profile == "gemma4":
-        # Not implemented: Gemma 4's vocab goes through gguf-py's LlamaHfVocab (transformers'
-        # special-token list decides CONTROL); we refuse and point to the GGUF route.
-        assert code != 0 and "Gemma4ForConditionalGeneration" in err and "--target-gguf" in err
-        return
     assert code == 0, err
     got, want = tokenizer_kvs(out), tokenizer_kvs(golden)
     assert diff_kvs(got, want, order=False) == []  # same keys, types and values
-    order = diff_kvs(got, want)
-    if order and _mask_moved(got, want):
-        pytest.xfail("known: dflash_gguf writes tokenizer.ggml.mask_token_id last (formats: the drafter's mask "
-                     "id replaces the target's), llama.cpp's GGUFWriter overwrites it where the target vocab "
-                     "had it (Gemma 4: after padding_token_id); values equal")
-    assert order == []
-
-
-def _mask_moved(got: list[tuple], want: list[tuple]) -> bool:
-    """The key orders differ only in where tokenizer.ggml.mask_token_id sits."""
-    mask = "tokenizer.ggml.mask_token_id"
-    a, b = [k[0] for k in got], [k[0] for k in want]
-    return a != b and a[-1] == mask and [k for k in a if k != mask] == [k for k in b if k != mask]
+    # and in the same order: the drafter's mask id overwrites the target's where it stands (Gemma 4)
+    assert diff_kvs(got, want) == []
 
 
 @slow
