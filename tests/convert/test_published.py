@@ -12,6 +12,8 @@ import re
 
 import pytest
 
+from dflash_gguf.errors import ConfigError
+from tests.conftest import TARGETS
 from tests.convert import published_tables
 from tests.convert.published import (
     FAMILIES, PUBLISHED, SIDE_FILES, data_bytes, derive_table, drafter_config, load_index,
@@ -165,3 +167,13 @@ def test_sparse_target_weights_only_where_the_converter_reads_them(tmp_path):
         shapes = {k: f.get_slice(k).get_shape() for k in f.keys()}
     assert shapes == {"model.embed_tokens.weight": [152576, 4096], "lm_head.weight": [152576, 4096]}
     assert os.stat(path).st_blocks * 512 < 1 << 20
+
+
+@pytest.mark.parametrize("slug", [e["slug"] for e in ENTRIES if e["expected_by_mainline"].startswith("refused: ")])
+def test_drafters_mainline_refuses_are_refused(cli, tmp_path, slug):
+    # the corpus's other half: what llama.cpp's converter refuses, ours refuses too, on one line
+    sparse_checkpoint(slug, tmp_path / "d")
+    out = tmp_path / "d.gguf"
+    code, _, err = cli("convert", tmp_path / "d", "--target-dir", TARGETS / "qwen3-tiny", "-o", out)
+    assert code == ConfigError.exit_code and not out.exists() and len(err.strip().splitlines()) == 1, err
+    assert "config.json" in err and "Traceback" not in err
