@@ -83,3 +83,19 @@ def rewrite_gguf(src, dst, *, values=None, drop=(), rename=None, data=None, alig
     w.write_tensors_to_file()
     w.close()
     return dst
+
+
+def llama_cpp_src() -> Path | None:
+    """vendor/llama.cpp of the llama-cpp-python 0.3.36 sdist (``DFLASH_LLAMA_CPP_SRC``; ``make test``
+    downloads it), or None; set but wrong fails the run instead of skipping its tests."""
+    def ok(c: Path) -> bool:
+        return (c / "convert_hf_to_gguf.py").is_file() and (c / "gguf-py" / "gguf").is_dir()
+
+    env = os.environ.get("DFLASH_LLAMA_CPP_SRC")
+    if env:
+        # Set but wrong is a CI misconfiguration: fail rather than silently skip the golden tests.
+        if not ok(Path(env)):
+            pytest.fail(f"DFLASH_LLAMA_CPP_SRC={env} has no convert_hf_to_gguf.py and gguf-py/ (want vendor/llama.cpp)")
+        return Path(env)
+    local = Path("/tmp/sdist/llama_cpp_python-0.3.36/vendor/llama.cpp")  # a developer's unpacked sdist
+    return local if ok(local) else None

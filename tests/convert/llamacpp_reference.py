@@ -43,7 +43,7 @@ from dflash_gguf.fileio.gguf_header import raw_string, read_header
 from dflash_gguf.fileio.string_array import StringArray
 from dflash_gguf.fileio.types import type_name
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, llama_cpp_src
 
 log = logging.getLogger(__name__)
 CACHE_DIR = ROOT / ".cache" / "reference-conversions"
@@ -288,9 +288,8 @@ print(json.dumps(codes))
 
 
 def llama_src() -> Path | None:
-    """The vendored llama.cpp sources (``DFLASH_LLAMA_CPP_SRC``), or None when unset."""
-    src = os.environ.get("DFLASH_LLAMA_CPP_SRC")
-    return Path(src) if src and (Path(src) / "convert_hf_to_gguf.py").is_file() else None
+    """The vendored llama.cpp sources (``DFLASH_LLAMA_CPP_SRC``), or None (see ``llama_cpp_src``)."""
+    return llama_cpp_src()
 
 
 def run_converter(jobs: Sequence[Job], outs: Sequence[Path], *, header_only: bool | Sequence[bool],

@@ -10,20 +10,22 @@ from pathlib import Path
 import pytest
 from gguf import GGUFReader
 
-from tests.conftest import DRAFTERS, TARGETS, rewrite_gguf
+from tests.conftest import DRAFTERS, TARGETS, llama_cpp_src, rewrite_gguf
+from tests.convert.llamacpp_reference import llama_load
 
 pytestmark = pytest.mark.slow
 IGNORED = {"general.name", "general.size_label", "general.type"}
 
 
 def llama_src() -> Path:
-    src = os.environ.get("DFLASH_LLAMA_CPP_SRC")
-    if not src or not (Path(src) / "convert_hf_to_gguf.py").is_file():
+    """The vendored sources, or skip (they, torch, sentencepiece or transformers are missing)."""
+    src = llama_cpp_src()
+    if src is None:
         pytest.skip("llama.cpp sources not found: set DFLASH_LLAMA_CPP_SRC (make test downloads them)")
     pytest.importorskip("torch")
     pytest.importorskip("sentencepiece")
     pytest.importorskip("transformers")
-    return Path(src)
+    return src
 
 
 def spm_target(tmp_path: Path, layers: int = 5, mrope: bool = False) -> Path:
@@ -75,19 +77,10 @@ def test_matches_llama_cpp_converter(cli, tmp_path, drafter, mrope):
     assert ("dflash.rope.dimension_sections" in ref_kv) is mrope  # the case this parameter is about
 
 
-LOAD = r'''
-import sys, llama_cpp
-llama_cpp.llama_backend_init()
-p = llama_cpp.llama_model_default_params()
-m = llama_cpp.llama_model_load_from_file(sys.argv[1].encode(), p)
-print("LOADED" if m else "FAILED")
-'''
-
-
 def load(path) -> str:
+    """A default (full, mmap) load by real llama.cpp: "LOADED", "FAILED" or "CRASHED ..."."""
     pytest.importorskip("llama_cpp")
-    r = subprocess.run([sys.executable, "-c", LOAD, str(path)], capture_output=True, text=True, timeout=120)
-    return r.stdout.strip().splitlines()[-1] if r.stdout.strip() else "CRASHED " + r.stderr[-500:]
+    return llama_load(path, cheap=False)
 
 
 @pytest.mark.parametrize("drafter", ["qwen3-flat", "qwen3-nested", "qwen3-dflash2"])

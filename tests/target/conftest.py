@@ -24,7 +24,7 @@ from dflash_gguf.fileio.types import KV
 from dflash_gguf.target.chkhsh import CHKTXT
 from dflash_gguf.target.info import drafter_tokenizer_kvs, target_from_hf_dir
 from dflash_gguf.target.pretokenizer import _FAMILIES
-from tests.conftest import TARGETS
+from tests.conftest import TARGETS, llama_cpp_src
 
 QWEN_TOK = TARGETS / "qwen3-tiny"
 LLAMA_TOK = TARGETS / "llama-tiny"
@@ -194,20 +194,6 @@ for j in json.load(open(sys.argv[1])):
     sys.argv = [os.path.join(src, "convert_hf_to_gguf.py")] + j["argv"]
     runpy.run_path(sys.argv[0], run_name="__main__")
 '''
-
-
-def llama_cpp_src() -> Path | None:
-    def ok(c: Path) -> bool:
-        return (c / "convert_hf_to_gguf.py").is_file() and (c / "gguf-py" / "gguf").is_dir()
-
-    env = os.environ.get("DFLASH_LLAMA_CPP_SRC")
-    if env:
-        # Set but wrong is a CI misconfiguration: fail rather than silently skip the golden tests.
-        if not ok(Path(env)):
-            pytest.fail(f"DFLASH_LLAMA_CPP_SRC={env} has no convert_hf_to_gguf.py and gguf-py/ (want vendor/llama.cpp)")
-        return Path(env)
-    local = Path("/tmp/sdist/llama_cpp_python-0.3.36/vendor/llama.cpp")  # a developer's unpacked sdist
-    return local if ok(local) else None
 
 
 def _spm_json_variant(d: Path) -> None:

