@@ -74,8 +74,9 @@ OPTIONAL_TENSORS: dict[str, str] = {"embed_tokens.weight": "token_embd.weight", 
 # Known extras with an explicit rule: dropped, and reported as such.
 # (DSpark drafters keep d2t and drop t2d: convert/dspark.py claims both before this table is read.)
 DROPPED_TENSORS: dict[str, str] = {
-    "d2t": "reduced-vocab map; z-lab drafters share the target vocab (mainline's converter drops it too)",
-    "t2d": "reduced-vocab map; z-lab drafters share the target vocab (mainline's converter drops it too)",
+    # mainline's DFlashModel has no GGUF name for either and stops ("Can not map tensor 'model.d2t'")
+    "d2t": "reduced-vocab map; a DFlash drafter drafts over the target's whole vocabulary, so no runtime reads it",
+    "t2d": "reduced-vocab map; a DFlash drafter drafts over the target's whole vocabulary, so no runtime reads it",
 }
 
 # A target's own tensors as llama.cpp's converter names them: the same per-layer table with
