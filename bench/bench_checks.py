@@ -17,6 +17,9 @@ Second table: the whole-process wall time of each header-only command (``check``
 ``python -m dflash_gguf ...`` in a fresh interpreter with this checkout first on PYTHONPATH,
 best and median of --cli-repeat runs. Every run alternates with ``python -c pass`` (the
 interpreter's own start-up, the floor) so both see the same machine load. Goal: <= 0.3 s.
+The package is byte-compiled first, as ``pip install`` does (with PYTHONDONTWRITEBYTECODE=1 and
+no __pycache__, every run would compile dflash_gguf's sources again: ~0.1 s); --no-compile
+skips that step to time the tree as it is.
 """
 from __future__ import annotations
 
@@ -146,9 +149,11 @@ def _wall(cmd: list[str], env: dict[str, str]) -> tuple[float, int]:
     return time.perf_counter() - t0, code
 
 
-def bench_startup(files: dict[str, Path], repeat: int) -> None:
+def bench_startup(files: dict[str, Path], repeat: int, compile_first: bool = True) -> None:
     """Whole-process wall time of each header-only command, alternating with the floor."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    if compile_first:  # what an installed package has: __pycache__ (gitignored here)
+        subprocess.run([sys.executable, "-m", "compileall", "-q", str(ROOT / "dflash_gguf")], check=True)
     floor_cmd = [sys.executable, "-c", "pass"]
     floor: list[float] = []
     rows = []
@@ -165,7 +170,10 @@ def bench_startup(files: dict[str, Path], repeat: int) -> None:
     for label, best, med in rows:
         print(f"{label:<36} {best * 1e3:>6.0f}ms {med * 1e3:>6.0f}ms {(med - f_med) * 1e3:>13.0f}ms")
     print(f"{'floor: python -c pass':<36} {min(floor) * 1e3:>6.0f}ms {f_med * 1e3:>6.0f}ms")
-    print(f"whole process, best and median of {repeat} runs each (floor: all {len(floor)} runs); {cpu_line()}")
+    code = "byte-compiled first" if compile_first else "bytecode as found"
+    print(f"whole process, best and median of {repeat} runs each (floor: all {len(floor)} runs); {code}; "
+          f"PYTHONDONTWRITEBYTECODE={os.environ.get('PYTHONDONTWRITEBYTECODE', '')!r}")
+    print(cpu_line())
 
 
 def main() -> None:
@@ -173,6 +181,7 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=21)
     ap.add_argument("--cli-repeat", type=int, default=11)
     ap.add_argument("--keep", action="store_true", help="keep bench/_work/ files")
+    ap.add_argument("--no-compile", action="store_true", help="do not byte-compile dflash_gguf before the CLI runs")
     a = ap.parse_args()
     WORK.mkdir(parents=True, exist_ok=True)
     files = {"tiny": WORK / "guard-tiny.gguf", "sparse": WORK / "guard-sparse.gguf", "vocab": WORK / "guard-vocab.gguf"}
@@ -193,7 +202,7 @@ def main() -> None:
             print(f"{label:<8} {st.st_size:>16,} {st.st_blocks * 512:>10,} {h.header_end:>10,} | {rh:>9.2f}ms "
                   f"{rc:>8.2f}ms {cl:>7.2f}ms")
         print(f"in-process: median of {a.repeat}. 'classify' includes read_header.")
-        bench_startup(files, a.cli_repeat)
+        bench_startup(files, a.cli_repeat, compile_first=not a.no_compile)
     finally:
         if not a.keep:
             for p in files.values():
