@@ -15,7 +15,8 @@ Then times, in-process, ``read_header``, ``run_checks`` (header only) and ``clas
 Second table: the whole-process wall time of each header-only command (``check``,
 ``check-instruct``, ``inspect``, ``version``, ``--help``), each run as
 ``python -m dflash_gguf ...`` in a fresh interpreter with this checkout first on PYTHONPATH,
-best and median of --cli-repeat runs. Every run alternates with ``python -c pass`` (the
+best and median of --cli-repeat runs, wall time and CPU time (user + sys, which other load on
+a shared machine disturbs less). Every run alternates with ``python -c pass`` (the
 interpreter's own start-up, the floor) so both see the same machine load. Goal: <= 0.3 s.
 The package is byte-compiled first, as ``pip install`` does (with PYTHONDONTWRITEBYTECODE=1 and
 no __pycache__, every run would compile dflash_gguf's sources again: ~0.1 s); --no-compile
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -143,33 +145,40 @@ def header_commands(files: dict[str, Path]) -> list[tuple[str, list[str]]]:
     ]
 
 
-def _wall(cmd: list[str], env: dict[str, str]) -> tuple[float, int]:
-    t0 = time.perf_counter()
+def _run(cmd: list[str], env: dict[str, str]) -> tuple[float, float, int]:
+    """Wall time, CPU time (user + sys: what the process itself did, less sensitive than wall
+    time to other load on a shared machine) and exit code of one run."""
+    r0, t0 = resource.getrusage(resource.RUSAGE_CHILDREN), time.perf_counter()
     code = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env).returncode
-    return time.perf_counter() - t0, code
+    wall, r1 = time.perf_counter() - t0, resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall, (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime), code
 
 
 def bench_startup(files: dict[str, Path], repeat: int, compile_first: bool = True) -> None:
-    """Whole-process wall time of each header-only command, alternating with the floor."""
+    """Whole-process wall and CPU time of each header-only command, alternating with the floor."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     if compile_first:  # what an installed package has: __pycache__ (gitignored here)
         subprocess.run([sys.executable, "-m", "compileall", "-q", str(ROOT / "dflash_gguf")], check=True)
     floor_cmd = [sys.executable, "-c", "pass"]
-    floor: list[float] = []
+    floor: list[tuple[float, float]] = []
     rows = []
     for label, args in header_commands(files):
-        times = []
+        runs = []
         for _ in range(repeat):
-            floor.append(_wall(floor_cmd, env)[0])
-            t, code = _wall([sys.executable, "-m", "dflash_gguf", *args], env)
+            floor.append(_run(floor_cmd, env)[:2])
+            wall, cpu, code = _run([sys.executable, "-m", "dflash_gguf", *args], env)
             assert code == 0, (label, code)
-            times.append(t)
-        rows.append((label, min(times), statistics.median(times)))
-    print(f"\n{'command (python -m dflash_gguf ...)':<36} {'best':>8} {'median':>8} {'median - floor':>15}")
-    f_med = statistics.median(floor)
-    for label, best, med in rows:
-        print(f"{label:<36} {best * 1e3:>6.0f}ms {med * 1e3:>6.0f}ms {(med - f_med) * 1e3:>13.0f}ms")
-    print(f"{'floor: python -c pass':<36} {min(floor) * 1e3:>6.0f}ms {f_med * 1e3:>6.0f}ms")
+            runs.append((wall, cpu))
+        rows.append((label, runs))
+    rows.append(("floor: python -c pass", floor))
+    print(f"\n{'command (python -m dflash_gguf ...)':<36} {'wall best':>9} {'median':>7} {'- floor':>8} | "
+          f"{'cpu best':>8} {'median':>7}")
+    f_wall = statistics.median(w for w, _ in floor)
+    for label, runs in rows:
+        walls, cpus = [w for w, _ in runs], [c for _, c in runs]
+        print(f"{label:<36} {min(walls) * 1e3:>7.0f}ms {statistics.median(walls) * 1e3:>5.0f}ms "
+              f"{(statistics.median(walls) - f_wall) * 1e3:>6.0f}ms | {min(cpus) * 1e3:>6.0f}ms "
+              f"{statistics.median(cpus) * 1e3:>5.0f}ms")
     code = "byte-compiled first" if compile_first else "bytecode as found"
     print(f"whole process, best and median of {repeat} runs each (floor: all {len(floor)} runs); {code}; "
           f"PYTHONDONTWRITEBYTECODE={os.environ.get('PYTHONDONTWRITEBYTECODE', '')!r}")
