@@ -196,12 +196,11 @@ class _Parser:
             pos += 8
             push(pos)
             pos += ln
-        # The fast path skipped the per-item length cap: check the longest item now (an item's
-        # length is the gap to the next item's text, less that item's 8-byte prefix). Plain
-        # Python, not numpy: the header-only commands do not import numpy (~50 ms).
-        ends = starts[1:] + [pos + 8]
-        if n and max(map(operator.sub, ends, starts)) - 8 > MAX_STRING_BYTES:
-            lengths = [e - s - 8 for s, e in zip(starts, ends)]
+        # The fast path skipped the per-item length cap; no item can exceed it unless the whole
+        # array does. An item's length is the gap to the next item's text, less that item's
+        # 8-byte prefix. (Plain Python, not numpy: the header-only commands do not import numpy.)
+        if pos - first > MAX_STRING_BYTES:
+            lengths = [e - s - 8 for s, e in zip(starts, starts[1:] + [pos + 8])]
             i = lengths.index(max(lengths))
             self._check_item_len(lengths[i], i, what, starts[i] - 8)
         c.pos = pos
