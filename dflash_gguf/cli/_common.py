@@ -12,14 +12,6 @@ from typing import Any, Callable, Iterator
 
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import (
-    BarColumn,
-    DownloadColumn,
-    Progress,
-    TextColumn,
-    TimeRemainingColumn,
-    TransferSpeedColumn,
-)
 
 out = Console(highlight=False, soft_wrap=True)
 if not out.is_terminal:  # piped / CI: rich would wrap tables at 80 columns
@@ -81,6 +73,9 @@ def byte_progress(total: int, description: str, enabled: bool = True) -> Iterato
     if not enabled or not err.is_terminal or total <= 0:
         yield lambda n: None
         return
+    # here: only a long run on a terminal draws a bar (rich.progress costs ~10 ms to import)
+    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn
+
     columns = (
         TextColumn("{task.description}"),
         BarColumn(),

@@ -7,18 +7,17 @@ truncated GGUF (before any verdict); 5 file not found; 7 target not found.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from ..guards.deep_scan import planned_scan_bytes
-from ..guards.findings import CheckReport, Severity
-from ..guards.run import run_checks
-from ..guards.shards import load_complete
 from ..errors import EXIT_BASE, EXIT_FINDINGS, EXIT_PAIRING, EXIT_UNKNOWN, DflashError
-from ..guards.instruct import InstructVerdict, Verdict, classify
 from ._app import app
 from ._common import byte_progress, error_line, esc, out, print_json
+
+if TYPE_CHECKING:  # the guards are imported when a check runs, not at the CLI's start-up
+    from ..guards.findings import CheckReport, Finding
+    from ..guards.instruct import InstructVerdict, Verdict
 
 
 FileArg = Annotated[Path, typer.Argument(help="A GGUF file (for a sharded model, any of its shards).")]
@@ -34,6 +33,8 @@ def _fail_json(path: Path, exc: DflashError) -> None:
 
 
 def verdict_exit_code(v: Verdict, allow_unknown: bool) -> int:
+    from ..guards.instruct import Verdict
+
     if v == Verdict.INSTRUCT or (v == Verdict.UNKNOWN and allow_unknown):
         return 0
     return EXIT_BASE if v == Verdict.BASE else EXIT_UNKNOWN
@@ -53,6 +54,9 @@ def check_instruct_cmd(
 
     Example: dflash-gguf check-instruct Qwen3-8B-Q8_0.gguf --json
     """
+    from ..guards.instruct import classify  # here: see cli/__init__ (start-up imports no guards)
+    from ..guards.shards import load_complete
+
     try:
         shards = load_complete(path)
     except DflashError as exc:
@@ -82,6 +86,8 @@ def _instruct_json(path: Path, shards: tuple[Path, ...], v: InstructVerdict, cod
 
 
 def _render_instruct(path: Path, v: InstructVerdict, code: int) -> None:
+    from ..guards.instruct import Verdict
+
     style = {"instruct": "green", "base": "red", "unknown": "yellow"}[v.verdict.value]
     out.print(f"[bold]{esc(path)}[/bold]: [{style}]{v.verdict.value}[/{style}] ({esc(v.reason)})")
     for e in v.evidence:
@@ -109,8 +115,12 @@ def check_cmd(
 
     Example: dflash-gguf check drafter.gguf --target Qwen3-8B-Q8_0.gguf --deep
     """
+    from ..guards.run import run_checks  # here: see cli/__init__ (start-up imports no guards)
+
     try:
         if deep:
+            from ..guards.deep_scan import planned_scan_bytes  # the data scan imports numpy
+
             total = planned_scan_bytes(path)
             with byte_progress(total, f"scanning {path.name}", enabled=progress and not json_out) as advance:
                 report = run_checks(path, target=target, deep=True, progress=advance)
@@ -137,10 +147,17 @@ def report_exit_code(r: CheckReport) -> int:
     return 0
 
 
-_ORDER = {Severity.ERROR: 0, Severity.WARNING: 1, Severity.INFO: 2}
+def _by_severity(findings: tuple[Finding, ...]) -> list[Finding]:
+    """Errors first, then warnings, then infos (stable within each)."""
+    from ..guards.findings import Severity
+
+    order = {Severity.ERROR: 0, Severity.WARNING: 1, Severity.INFO: 2}
+    return sorted(findings, key=lambda f: order[f.severity])
 
 
 def _report_json(r: CheckReport, code: int) -> dict[str, Any]:
+    from ..guards.findings import Severity
+
     return {
         "file": str(r.path),
         "shards": [str(p) for p in r.shards],
@@ -152,11 +169,13 @@ def _report_json(r: CheckReport, code: int) -> dict[str, Any]:
                     "bytes_scanned": r.bytes_scanned},
         "findings": [{"severity": f.severity.value, "code": f.code, "category": f.category,
                       "message": f.message, "where": f.where, "file": f.file}
-                     for f in sorted(r.findings, key=lambda f: _ORDER[f.severity])],
+                     for f in _by_severity(r.findings)],
     }
 
 
 def _render_report(r: CheckReport) -> None:
+    from ..guards.findings import Severity
+
     n_err, n_warn = r.count(Severity.ERROR), r.count(Severity.WARNING)
     mode = "header + data" if r.deep else "header only"
     shards = f", {len(r.shards)} shards" if len(r.shards) > 1 else ""
@@ -164,6 +183,6 @@ def _render_report(r: CheckReport) -> None:
     warn = f", [yellow]{n_warn} warning{'s' * (n_warn != 1)}[/yellow]" if n_warn else ""
     out.print(f"[bold]{esc(r.path)}[/bold]: {status}{warn} ({mode}; {r.n_tensors:,} tensors, "
               f"{r.total_bytes:,} bytes{shards})")
-    for f in sorted(r.findings, key=lambda f: _ORDER[f.severity]):
+    for f in _by_severity(r.findings):
         where = f"  [{f.where}]" if f.where else ""
         out.print(f"  {f.severity.value:<7}  {f.code}: {f.message}{where}", markup=False)

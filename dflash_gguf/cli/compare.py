@@ -11,12 +11,8 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
-from rich import box
-from rich.console import Console
-from rich.table import Table
 
-from ..compare import BIT_IDENTICAL, EXTRA, MISSING, OUT, SHAPE_MISMATCH, WITHIN, CompareReport, compare, \
-    parse_tolerances
+from ..compare.report import BIT_IDENTICAL, EXTRA, MISSING, OUT, SHAPE_MISMATCH, WITHIN, CompareReport
 from ..errors import EXIT_MISMATCH, DflashError
 from ._app import app
 from ._common import byte_progress, error_line, esc, out, print_json
@@ -58,6 +54,8 @@ def compare_cmd(
 
     Example: dflash-gguf compare-weights z-lab/Qwen3-8B-DFlash-b16 drafter-q8_0.gguf
     """
+    from ..compare import compare, parse_tolerances  # here: the engine imports numpy and gguf-py
+
     try:
         tolerances = parse_tolerances(tolerance or [])
         total = _planned_bytes(gguf)
@@ -102,6 +100,10 @@ def _num(v: float | None, spec: str = ".3g") -> str:
 
 
 def render(r: CompareReport, top: int | None = None) -> None:
+    from rich import box
+    from rich.console import Console
+    from rich.table import Table
+
     what = (f"{r.a} → {r.b}  ({r.format} format)" if r.mode == "safetensors-gguf"
             else f"{r.a} ({r.a_format or 'not a drafter'}) vs {r.b} ({r.format or 'not a drafter'})")
     out.print(f"[bold]compare-weights[/bold] {esc(what)}", highlight=False)

@@ -2,16 +2,18 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
-from rich.table import Table
 
-from ..convert import ConvertResult, plan_conversion, retarget, write_conversion
+from ..convert.outtypes import OUTTYPES
 from ..formats import FORMATS
-from ..convert.plan import OUTTYPES, ConversionPlan
 from ._app import app
 from ._common import byte_progress, esc, out, print_json, warn
+
+if TYPE_CHECKING:  # the converter (numpy, gguf-py, safetensors) is imported when a command runs
+    from ..convert import ConvertResult
+    from ..convert.plan import ConversionPlan
 
 FormatOpt = Annotated[str, typer.Option("--format", "-f", help=f"Output flavour: {', '.join(FORMATS)}.")]
 ForceOpt = Annotated[bool, typer.Option("--force", help="Overwrite OUT if it exists.")]
@@ -35,6 +37,8 @@ def convert_cmd(
 
     Example: dflash-gguf convert z-lab/Qwen3-8B-DFlash-b16 --target-gguf Qwen3-8B.gguf -o drafter.gguf
     """
+    from ..convert import plan_conversion, write_conversion  # numpy, gguf-py, safetensors: see cli/__init__
+
     conv = plan_conversion(drafter_dir, format=format, outtype=outtype.lower(), target_gguf=target_gguf,
                            target_dir=target_dir)
     if dry_run:
@@ -68,6 +72,8 @@ def retarget_cmd(
 
     Fixes "unknown model architecture" and wrong tap offsets without re-converting.
     """
+    from ..convert import retarget  # its writer imports numpy and gguf-py when it writes
+
     result = retarget(src, output, format=format, target_gguf=target_gguf, target_dir=target_dir, force=force,
                       dry_run=dry_run)
     if json_out:
@@ -86,6 +92,8 @@ def retarget_cmd(
 
 
 def render_plan(plan: ConversionPlan) -> None:
+    from rich.table import Table
+
     out.print(f"[bold]plan[/bold]: format {plan.format}, architecture {esc(plan.arch)}, outtype {plan.outtype}")
     kv = Table(title="metadata", show_lines=False)
     for c in ("key", "type", "value"):

@@ -5,9 +5,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.table import Table
 
-from ..convert.describe import inspect_gguf
 from ._app import app
 from ._common import esc, out, print_json
 
@@ -30,6 +28,10 @@ def inspect_cmd(
     json_out: Annotated[bool, typer.Option("--json", help="Print machine-readable JSON on stdout.")] = False,
 ) -> None:
     """Show a GGUF's format, metadata, tensors and (for drafters) its taps in both conventions."""
+    from rich.table import Table  # here: see cli/__init__
+
+    from ..convert.describe import inspect_gguf
+
     info = inspect_gguf(path)
     if json_out:
         print_json(info.to_json())

@@ -6,7 +6,6 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
-from rich.table import Table
 
 from ..errors import UsageError
 from ._app import app
@@ -84,6 +83,8 @@ def parity_cmd(
 
 
 def _render(report) -> None:
+    from rich.table import Table
+
     for p in report.prompts:
         st = report.settings
         rules = f", {st['drafter_family']} per {st['attention_rules']}" if st.get("attention_rules") else ""

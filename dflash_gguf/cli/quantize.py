@@ -5,9 +5,7 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
-from rich.table import Table
 
-from ..quants.gguf_file import quantize_gguf
 from ._app import app
 from ._common import byte_progress, esc, out, print_json
 
@@ -26,6 +24,10 @@ def quantize_cmd(
 
     Example: dflash-gguf quantize drafter-bf16.gguf drafter-Q4_K_M.gguf q4_k_m
     """
+    from rich.table import Table
+
+    from ..quants.gguf_file import quantize_gguf  # numpy, gguf-py (and numba if installed)
+
     if dst is None and not dry_run:
         raise typer.BadParameter("missing OUT path (or pass --dry-run)", param_hint="DST")
     plan = quantize_gguf(src, None, ftype, allow_requantize=allow_requantize, dry_run=True)

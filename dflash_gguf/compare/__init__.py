@@ -3,15 +3,25 @@
 Modules: ``api`` (the entry points and the pairing of tensors), ``bands`` (thresholds),
 ``sides`` (reading a tensor row by row), ``stats`` (per-chunk numbers), ``engine`` (the main
 pass and the verdicts), ``diagnose`` (naming the cause of a failure), ``report`` (results).
+The public names below are imported on first use: the CLI's start-up needs the statuses
+(``report``), not the numpy engine.
 """
-from .api import compare, compare_ggufs, compare_weights
-from .bands import ALL_TYPES, BANDS, EXPECTED_FACTOR, FALLBACK_BAND, Band, band, parse_tolerances
-from .engine import CHUNK_VALUES
-from .report import (BIT_IDENTICAL, EXTRA, MISSING, OUT, PASSING, SHAPE_MISMATCH, STATUSES, WITHIN, CompareReport,
-                     TensorComparison)
+from __future__ import annotations
 
-__all__ = [
-    "ALL_TYPES", "BANDS", "BIT_IDENTICAL", "Band", "CHUNK_VALUES", "CompareReport", "EXPECTED_FACTOR", "EXTRA",
-    "FALLBACK_BAND", "MISSING", "OUT", "PASSING", "SHAPE_MISMATCH", "STATUSES", "TensorComparison", "WITHIN", "band",
-    "compare", "compare_ggufs", "compare_weights", "parse_tolerances",
-]
+import importlib
+
+_EXPORTS = {
+    "compare": "api", "compare_ggufs": "api", "compare_weights": "api",
+    **dict.fromkeys(["ALL_TYPES", "BANDS", "EXPECTED_FACTOR", "FALLBACK_BAND", "Band", "band", "parse_tolerances"],
+                    "bands"),
+    "CHUNK_VALUES": "engine",
+    **dict.fromkeys(["BIT_IDENTICAL", "EXTRA", "MISSING", "OUT", "PASSING", "SHAPE_MISMATCH", "STATUSES", "WITHIN",
+                     "CompareReport", "TensorComparison"], "report"),
+}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -9,9 +9,8 @@ import math
 from dataclasses import dataclass
 from typing import Iterable
 
-from gguf import GGMLQuantizationType as Q
-
 from ..errors import QuantizationError, UsageError
+from ..fileio.gguf_constants import GGMLQuantizationType as Q
 
 
 @dataclass(frozen=True)

@@ -1,3 +1,23 @@
-"""Conversion: config → plan → tensors → file (convert, retarget, inspect)."""
-from .checkpoint import Conversion, ConvertResult, convert, encode, plan_conversion, write_conversion  # noqa: F401
+"""Conversion: config → plan → tensors → file (convert, retarget, inspect).
+
+The converter's names are imported on first use: ``inspect`` (``describe``) and the CLI's
+start-up must not pay for its imports (numpy, gguf-py, safetensors).
+"""
+from __future__ import annotations
+
+import importlib
+
+# Eager, unlike the rest: ``retarget`` is also the name of its submodule, and importing that
+# submodule later would rebind the package attribute to the module. The module is cheap to
+# import (the writer is imported when it writes).
 from .retarget import RetargetResult, retarget  # noqa: F401
+
+_EXPORTS = {name: "checkpoint" for name in
+            ("Conversion", "ConvertResult", "convert", "encode", "plan_conversion", "write_conversion")}
+__all__ = [*_EXPORTS, "RetargetResult", "retarget"]
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -20,11 +20,11 @@ OPTIONAL_TENSORS_EMBED = "embed_tokens.weight"
 from ..fileio.gguf_writer import tensor_nbytes
 from ..fileio.types import KV
 from ..fileio.safetensors import FLOAT_DTYPES, SourceTensor
+from .outtypes import OUTTYPES
 
 if TYPE_CHECKING:
     import numpy as np
 
-OUTTYPES = ("auto", "f32", "f16", "bf16", "q8_0", "q4_k_m")
 # general.file_type (llama_ftype) for each outtype
 FILE_TYPES = {"f32": 0, "f16": 1, "bf16": 32, "q8_0": 7, "q4_k_m": 15}
 _SOURCE_TYPES = {"F32": Q.F32, "F16": Q.F16, "BF16": Q.BF16}

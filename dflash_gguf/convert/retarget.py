@@ -3,17 +3,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from ..errors import GGUFFormatError, TargetError, UsageError
+from ..fileio.gguf_constants import GGUFValueType as T
 from ..fileio.gguf_header import show
 from ..fileio.gguf_reader import read_gguf
-from ..fileio.gguf_writer import TensorOut, WriteReport, write_gguf
-from gguf import GGUFValueType as T
-
 from ..formats import Format, get_format, meta_from_gguf
 from ..formats.meta import ROPE_SECTIONS, without_mask
-from ..target.info import load_target
+
+if TYPE_CHECKING:
+    from ..fileio.gguf_writer import WriteReport
 
 
 @dataclass(frozen=True)
@@ -37,6 +37,10 @@ def retarget(
     progress: Callable[[int], None] | None = None,
 ) -> RetargetResult:
     """Rewrite a drafter GGUF into another format: keys re-spelled, tensors renamed, bytes untouched."""
+    # here, not at the top: the writer imports numpy and gguf-py, and the package's __init__
+    # imports this module (see there)
+    from ..fileio.gguf_writer import TensorOut, write_gguf
+
     to_fmt: Format = get_format(format)
     f = read_gguf(src)
     from_fmt, meta = meta_from_gguf(f.kvs, f.shapes(), src)
@@ -69,6 +73,8 @@ def _attach_target(meta, target_gguf, target_dir, src) -> None:
     """Give the drafter what only the target knows, after checking that the target fits (same
     vocab size, hidden size = tap width / taps): its vocab (for tokenizer-less files, e.g.
     Lucebox's) and, for an M-RoPE target, the sections a stale file lacks."""
+    from ..target.info import load_target  # here: the tokenizer code is only needed with a target
+
     target = load_target(target_gguf, target_dir)
     if meta.vocab_size is not None and meta.vocab_size != target.vocab_size:
         raise TargetError(f"{src}: drafter vocab {meta.vocab_size} != target vocab {target.vocab_size} "

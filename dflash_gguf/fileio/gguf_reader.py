@@ -12,15 +12,15 @@ import math
 import mmap
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
-
-import numpy as np
-
-from gguf import GGUFValueType as T
+from typing import TYPE_CHECKING, Any
 
 from ..errors import GGUFFormatError, OutputError
 from .gguf_header import GGUFHeader, read_header, show
+from .gguf_constants import GGUFValueType as T
 from .types import KV, TensorInfo, type_name
+
+if TYPE_CHECKING:
+    import numpy as np
 
 
 @dataclass
@@ -75,6 +75,8 @@ def read_gguf(path: str | Path) -> GGUFFile:
 
 
 def _map_file(h: GGUFHeader) -> np.ndarray:
+    import numpy as np  # here, not at the top: header-only commands (inspect, checks) never map data
+
     try:
         with open(h.path, "rb") as f:
             if h.file_size == 0:

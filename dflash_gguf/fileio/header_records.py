@@ -6,14 +6,13 @@ size; ``_Parser`` turns the bytes into KV pairs and tensor infos, each failure i
 """
 from __future__ import annotations
 
+import operator
 import struct
 from array import array
 from itertools import repeat
 from typing import Any, BinaryIO
 
-import numpy as np
-from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFValueType
-
+from .gguf_constants import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFValueType
 from .header_errors import InvalidKVError, InvalidTensorInfoError, LimitError, TruncatedError
 from .string_array import StringArray
 from .types import KV
@@ -34,16 +33,13 @@ MAX_ARRAY_DEPTH = 4           # llama.cpp refuses nested arrays; gguf-py can wri
 _FIRST_READ = 256 << 10
 
 _U8, _U16, _U32, _U64, _I64 = (struct.Struct(f) for f in ("<B", "<H", "<I", "<Q", "<q"))
-# Scalar value types -> struct format; numpy dtype for arrays of them.
+# Scalar value types -> struct format character (little-endian, standard sizes).
 _SCALAR = {
-    GGUFValueType.UINT8: ("<B", "<u1"), GGUFValueType.INT8: ("<b", "<i1"),
-    GGUFValueType.UINT16: ("<H", "<u2"), GGUFValueType.INT16: ("<h", "<i2"),
-    GGUFValueType.UINT32: ("<I", "<u4"), GGUFValueType.INT32: ("<i", "<i4"),
-    GGUFValueType.FLOAT32: ("<f", "<f4"), GGUFValueType.BOOL: ("<B", "<u1"),
-    GGUFValueType.UINT64: ("<Q", "<u8"), GGUFValueType.INT64: ("<q", "<i8"),
-    GGUFValueType.FLOAT64: ("<d", "<f8"),
+    GGUFValueType.UINT8: "B", GGUFValueType.INT8: "b", GGUFValueType.UINT16: "H", GGUFValueType.INT16: "h",
+    GGUFValueType.UINT32: "I", GGUFValueType.INT32: "i", GGUFValueType.FLOAT32: "f", GGUFValueType.BOOL: "B",
+    GGUFValueType.UINT64: "Q", GGUFValueType.INT64: "q", GGUFValueType.FLOAT64: "d",
 }
-_SCALAR_STRUCT = {t: struct.Struct(f) for t, (f, _) in _SCALAR.items()}
+_SCALAR_STRUCT = {t: struct.Struct("<" + f) for t, f in _SCALAR.items()}
 _TRUNC_HINT = "truncated download? re-fetch and compare sizes"
 
 
@@ -144,14 +140,13 @@ class _Parser:
                 f"{self.name}: {what} claims {n:,} items at byte {count_at:,}, more than the "
                 f"{MAX_ARRAY_ITEMS:,}-item limit (corrupt count; re-download the file)", offset=count_at)
         if item in _SCALAR:
-            fmt, dtype = _SCALAR[item]
-            nb = n * struct.calcsize(fmt)
-            start = c.take(nb, f"the {n:,} {item.name} items of {what}")
-            # Copy out first: a numpy view would pin the growable buffer (BufferError on resize).
-            arr = np.frombuffer(bytes(c.buf[start:start + nb]), dtype=dtype)
+            # struct, not numpy: the header-only commands do not import numpy (~50 ms).
+            fmt = f"<{n}{_SCALAR[item]}"
+            start = c.take(struct.calcsize(fmt), f"the {n:,} {item.name} items of {what}")
+            values = struct.unpack_from(fmt, c.buf, start)
             if item == GGUFValueType.BOOL:
-                arr = arr != 0
-            return tuple(arr.tolist()), item
+                values = tuple(v != 0 for v in values)
+            return values, item
         if item == GGUFValueType.STRING:
             return self.string_array(n, what), item
         if depth + 1 >= MAX_ARRAY_DEPTH:
@@ -201,12 +196,15 @@ class _Parser:
             pos += 8
             push(pos)
             pos += ln
-        lengths = np.diff(np.array(starts + [pos + 8], dtype=np.int64)) - 8
-        if len(lengths) and int(lengths.max()) > MAX_STRING_BYTES:
-            i = int(lengths.argmax())
-            self._check_item_len(int(lengths[i]), i, what, starts[i] - 8)
+        # The fast path skipped the per-item length cap; no item can exceed it unless the whole
+        # array does. An item's length is the gap to the next item's text, less that item's
+        # 8-byte prefix. (Plain Python, not numpy: the header-only commands do not import numpy.)
+        if pos - first > MAX_STRING_BYTES:
+            lengths = [e - s - 8 for s, e in zip(starts, starts[1:] + [pos + 8])]
+            i = lengths.index(max(lengths))
+            self._check_item_len(lengths[i], i, what, starts[i] - 8)
         c.pos = pos
-        rel = array("q", (np.asarray(starts, dtype=np.int64) - first).tobytes())
+        rel = array("q", map(operator.sub, starts, repeat(first)))
         return StringArray(bytes(c.buf[first:pos]), rel)
 
     def _check_item_len(self, ln: int, i: int, what: str, at: int) -> None:

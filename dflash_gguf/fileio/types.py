@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from gguf import GGMLQuantizationType, GGUFValueType
+from .gguf_constants import GGMLQuantizationType, GGUFValueType
 
 
 @dataclass(frozen=True)

@@ -7,13 +7,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from gguf import GGUFValueType as T
-from gguf import RopeScalingType
-
 from ..config import DrafterConfig
 from ..errors import GGUFFormatError, UsageError
 from ..fileio.types import KV
 from ..fileio.gguf_header import show
+from ..fileio.gguf_constants import GGUFValueType as T
 from ..fileio.gguf_reader import bad_kv, get_int
 from .meta import MASK_ID, ROPE_SECTIONS, DrafterMeta, Format, without_mask
 from .dflash_draft import DFLASH_DRAFT
@@ -80,6 +78,8 @@ def meta_from_config(
         add("attention.causal", bool(cfg.is_causal), T.BOOL)
     rs = cfg.rope_scaling
     if rs is not None:
+        from gguf import RopeScalingType  # here: convert imports gguf-py anyway; inspect and checks do not
+
         if rs.type == "linear":
             add("rope.scaling.type", RopeScalingType.LINEAR.value, T.STRING)
             add("rope.scaling.factor", rs.factor, T.FLOAT32)

@@ -13,9 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from gguf import GGUFValueType
-
 from ..errors import UsageError
+from ..fileio.gguf_constants import GGUFValueType
 from ..fileio.gguf_reader import I32_MAX, get_int, get_ints
 from ..fileio.types import KV
 from .names import (BLK_RE, DFLASH2_LAYER, FC, GLOBAL_TENSORS, HIDDEN_NORM, LAYER_RE, LAYER_TENSORS, OPTIONAL_TENSORS,

@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Callable
 
 import numpy as np
-from gguf import GGML_QUANT_SIZES, GGMLQuantizationType as Q
 
+from ..fileio.gguf_constants import GGML_QUANT_SIZES, GGMLQuantizationType as Q
 from ..fileio.gguf_header import GGUFHeader, show
 from ..fileio.header_errors import TruncatedError
 from ..fileio.types import TensorInfo

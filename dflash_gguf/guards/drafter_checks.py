@@ -8,9 +8,8 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from gguf import GGUFValueType as T
-
 from ..errors import GGUFFormatError
+from ..fileio.gguf_constants import GGUFValueType as T
 from ..fileio.gguf_header import GGUFHeader, show
 from ..fileio.string_array import StringArray
 from ..formats import FORMATS, detect_format, meta_from_gguf

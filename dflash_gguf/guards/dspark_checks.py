@@ -13,10 +13,8 @@ from __future__ import annotations
 
 from typing import BinaryIO, Iterator
 
-import numpy as np
-from gguf import GGMLQuantizationType as Q
-from gguf import GGUFValueType as T
-
+from ..fileio.gguf_constants import GGMLQuantizationType as Q
+from ..fileio.gguf_constants import GGUFValueType as T
 from ..fileio.gguf_header import GGUFHeader, show
 from ..fileio.string_array import StringArray
 from ..fileio.types import TensorInfo, type_name
@@ -203,6 +201,8 @@ def check_d2t_data(h: GGUFHeader, f: BinaryIO, t: TensorInfo) -> list[Finding]:
     n_vocab = _vocab(h)
     if t.ggml_type != Q.I64 or len(t.shape_ne) != 1 or n_vocab is None:
         return []  # the header check already says what is wrong with its type or shape
+    import numpy as np  # here: only --deep reads d2t's data; the header checks stay numpy-free
+
     f.seek(t.offset_abs)
     ids = np.frombuffer(f.read(t.nbytes), "<i8")
     where = f"tensor {D2T}"

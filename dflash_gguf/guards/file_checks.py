@@ -9,8 +9,7 @@ from __future__ import annotations
 import re
 from typing import Iterator
 
-from gguf import GGUFValueType as T
-
+from ..fileio.gguf_constants import GGUFValueType as T
 from ..fileio.gguf_header import GGUFHeader, show
 from ..fileio.string_array import StringArray
 from ..fileio.types import type_name

@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Callable
 
 from ..errors import TargetError
-from .deep_scan import deep_scan
 from .findings import FILE_CHECKS, MODEL_CHECKS, PAIR_CHECKS, CheckReport
 from .shards import check_shards
 
@@ -40,6 +39,8 @@ def run_checks(path: str | Path, *, target: str | Path | None = None, deep: bool
             findings += chk(model, tset.model)
     scanned = 0
     if deep:
+        from .deep_scan import deep_scan  # here: it imports numpy, which header-only checks do not need
+
         for h in shards.headers:
             f2, n = deep_scan(h, progress)
             findings += f2

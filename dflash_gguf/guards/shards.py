@@ -8,9 +8,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from gguf import GGUFValueType as T
-
 from ..errors import GGUFFormatError, OutputError
+from ..fileio.gguf_constants import GGUFValueType as T
 from ..fileio.gguf_header import GGUFHeader, read_header, show
 from ..fileio.types import type_name
 from .findings import Finding, Severity, as_int, finding

@@ -201,6 +201,17 @@ def test_string_array_item_over_cap():
     assert "item 1 of the value of key 'tok' claims 1,099,511,627,776 bytes" in msg
 
 
+def test_string_array_item_over_cap_inside_the_buffer(monkeypatch):
+    # An item that fits in the bytes already read skips the per-item check (the fast path);
+    # the check after the walk still names it.
+    monkeypatch.setattr(header_records, "MAX_STRING_BYTES", 4)
+    msg = err(build([kv("tok", ARR, U32(STR) + U64(3) + s("ab") + s("abcdefgh") + s("c"))]), LimitError)
+    assert "item 1 of the value of key 'tok' claims 8 bytes at byte " in msg
+    assert "more than the 4-byte limit" in msg
+    tokens = parse_header_bytes(build([kv("tok", ARR, U32(STR) + U64(2) + s("ab") + s("cd"))])).get("tok")
+    assert list(tokens) == ["ab", "cd"]  # the whole array over the cap, no item over it: fine
+
+
 def test_nesting_too_deep():
     nested = U32(ARR) + U64(1)
     payload = nested * 5 + U32(4) + U64(0)

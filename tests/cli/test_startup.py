@@ -1,0 +1,77 @@
+"""The header-only commands import only what they need: no numpy, gguf-py, torch, numba,
+transformers, safetensors or yaml (those are ~0.5 s of the old start-up; bench/bench_checks.py
+times it). Each command runs in a fresh interpreter, as a shell would run it. This asserts what
+is imported, never how long it takes."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import FIXTURES, ROOT
+
+HEAVY = {"numpy", "gguf", "torch", "numba", "transformers", "safetensors", "yaml", "tokenizers", "sentencepiece"}
+DRAFTER = FIXTURES / "guards" / "qwen3-8b-dflash.gguf"
+TARGET = FIXTURES / "guards" / "qwen3-8b.gguf"
+SHARD = FIXTURES / "guards" / "qwen3-8b-sharded-00001-of-00002.gguf"
+NOT_GGUF = ROOT / "README.md"
+
+# Run the CLI as `python -m dflash_gguf ARGS`, then report the exit code and the top-level
+# packages that ended up imported.
+_RUNNER = """
+import json, runpy, sys
+sys.argv = ["dflash-gguf", *sys.argv[1:]]
+try:
+    runpy.run_module("dflash_gguf", run_name="__main__", alter_sys=True)
+    code = 0
+except SystemExit as exc:
+    code = exc.code
+sys.stdout.flush()
+sys.stderr.write("\\n" + json.dumps({"code": code, "modules": sorted({m.split(".")[0] for m in sys.modules})}) + "\\n")
+"""
+
+CASES = [
+    (["version"], 0),
+    (["--help"], 0),
+    (["check", "--help"], 0),
+    (["check-instruct", "--help"], 0),
+    (["inspect", "--help"], 0),
+    (["check", DRAFTER], 0),
+    (["check", "--json", DRAFTER], 0),
+    (["check", DRAFTER, "--target", TARGET], 0),
+    (["check", SHARD], 0),
+    (["check", NOT_GGUF], 6),
+    (["check", "--json", NOT_GGUF], 6),
+    (["check-instruct", TARGET], 0),
+    (["check-instruct", "--json", FIXTURES / "guards" / "qwen3-8b-base.gguf"], 10),
+    (["inspect", DRAFTER], 0),
+    (["inspect", "--json", DRAFTER], 0),
+    (["inspect", TARGET], 0),
+]
+
+
+def run_fresh(args: list) -> tuple[int, set[str]]:
+    """Exit code and imported top-level packages of ``dflash-gguf ARGS`` in a new interpreter."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    proc = subprocess.run([sys.executable, "-c", _RUNNER, *map(str, args)], capture_output=True, text=True,
+                          env=env, cwd=ROOT, timeout=120)
+    report = json.loads(proc.stderr.strip().splitlines()[-1])
+    return report["code"], set(report["modules"])
+
+
+@pytest.mark.parametrize("args,code", CASES, ids=[" ".join(str(a).rsplit("/", 1)[-1] for a in c[0]) for c in CASES])
+def test_header_only_commands_skip_heavy_imports(args, code):
+    got, modules = run_fresh(args)
+    assert got == code
+    assert "dflash_gguf" in modules
+    assert not modules & HEAVY, f"imported {sorted(modules & HEAVY)}"
+
+
+def test_the_runner_sees_heavy_imports():
+    # The same probe on a command that needs numpy reports it: the assertion above is not vacuous.
+    got, modules = run_fresh(["check", "--deep", DRAFTER])
+    assert got == 0
+    assert "numpy" in modules
