@@ -141,8 +141,12 @@ def test_missing_tokenizer_files(tmp_path):
 
 @needs_libs
 def test_unsupported_architecture_and_vocab_overflow(tmp_path):
+    d = make_target(tmp_path / "m", QWEN_TOK, qwen_config(architectures=["MambaForCausalLM"]))
+    with pytest.raises(TargetError, match="MambaForCausalLM.*not implemented here.*--target-gguf"):
+        target_from_hf_dir(d)
+    # Gemma 4 goes through gguf-py's LlamaHfVocab, which wants a byte-fallback BPE tokenizer.json
     d = make_target(tmp_path / "g", QWEN_TOK, qwen_config(architectures=["Gemma4ForConditionalGeneration"]))
-    with pytest.raises(TargetError, match="Gemma4ForConditionalGeneration.*--target-gguf"):
+    with pytest.raises(TargetError, match="not a tokenizer gguf-py's LlamaHfVocab reads.*--target-gguf"):
         target_from_hf_dir(d)
     d2 = make_target(tmp_path / "small", QWEN_TOK, qwen_config(vocab_size=300))
     with pytest.raises(TargetError, match="past config.json vocab_size 300"):
