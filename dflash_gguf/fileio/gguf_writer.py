@@ -27,6 +27,7 @@ import numpy as np
 from gguf import GGMLQuantizationType, GGUFValueType, GGUFWriter
 
 from ..errors import OutputError
+from .kv_encode import encode_array
 from .string_array import StringArray
 from .types import KV
 
@@ -100,7 +101,7 @@ def write_gguf(
                 writer.data_alignment = int(kv.value)
             if kv.type == GGUFValueType.ARRAY:
                 # A StringArray read from a file is copied as its stored bytes (tokens need not be UTF-8).
-                items = kv.value.raw_items() if isinstance(kv.value, StringArray) else list(kv.value)
+                items = kv.value if isinstance(kv.value, StringArray) else list(kv.value)
                 writer.add_key_value(kv.key, items, kv.type, sub_type=kv.sub_type)
             else:
                 writer.add_key_value(kv.key, kv.value, kv.type)
@@ -133,12 +134,17 @@ def write_gguf(
 
 class _Writer(GGUFWriter):
     """GGUFWriter that also writes an empty array with a known item type (gguf-py refuses any empty
-    array, but GGUF and llama.cpp allow it, and a file we copy may hold one)."""
+    array, but GGUF and llama.cpp allow it, and a file we copy may hold one), and packs big arrays
+    (a vocabulary) in bulk instead of item by item (``kv_encode``: the same bytes)."""
 
     def _pack_val(self, val, vtype, add_vtype, sub_type=None):
-        if vtype == GGUFValueType.ARRAY and sub_type is not None and len(val) == 0:
+        if vtype == GGUFValueType.ARRAY and sub_type is not None:
             head = self._pack("I", vtype) if add_vtype else b""
-            return head + self._pack("I", sub_type) + self._pack("Q", 0)
+            if len(val) == 0:
+                return head + self._pack("I", sub_type) + self._pack("Q", 0)
+            body = encode_array(val, sub_type)
+            if body is not None:
+                return head + body
         return super()._pack_val(val, vtype, add_vtype, sub_type)
 
 
