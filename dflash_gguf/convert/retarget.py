@@ -8,7 +8,7 @@ from typing import Callable
 from ..errors import GGUFFormatError, TargetError, UsageError
 from ..fileio.gguf_header import show
 from ..fileio.gguf_reader import read_gguf
-from ..fileio.gguf_writer import TensorOut, WriteReport, write_gguf
+from ..fileio.gguf_writer import FileSpan, TensorOut, WriteReport, write_gguf
 from gguf import GGUFValueType as T
 
 from ..formats import Format, get_format, meta_from_gguf
@@ -54,7 +54,8 @@ def retarget(
                 f"--format {to_fmt.name} (a tensor carries another format's name; re-convert the drafter)")
         by_new[new] = t.name
         renamed.append((t.name, new))
-        tensors.append(TensorOut(new, t.shape, t.ggml_type, t.nbytes, (lambda e=t: f.raw(e))))
+        span = FileSpan(f.path, t.offset_abs, t.nbytes, t.name)  # bytes untouched: copied file to file
+        tensors.append(TensorOut(new, t.shape, t.ggml_type, t.nbytes, (lambda s=span: s)))
     if dry_run:
         return RetargetResult(from_fmt.name, to_fmt.name, arch, renamed, None)
     if out is None:
