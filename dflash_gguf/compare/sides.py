@@ -114,6 +114,11 @@ def neox_side(side: _Side, head_dim: int) -> _Side:
 def _deq(raw: np.ndarray, t: Q, rows: int, cols: int) -> np.ndarray:
     """Bytes of ``rows`` rows -> float32 (rows, cols), with ggml's float operations (checked bit
     for bit against gguf-py in tests/compare/test_sides.py)."""
+    from .kernels import dequantize as fast
+
+    y = fast(raw, t, rows, cols)  # Q8_0 / Q4_K / Q6_K kernels, F16 by table (same bits)
+    if y is not None:
+        return y
     if t == Q.Q8_0:
         # the hot quantized type, inline: half the time of gguf-py's version (which
         # dflash_gguf.quants uses) for the same y = x * d per element

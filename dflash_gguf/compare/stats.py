@@ -20,6 +20,7 @@ from gguf import GGMLQuantizationType as Q
 from ..errors import QuantizationError
 from .bands import _FLOATS
 from .report import TensorComparison
+from .kernels import diff_absmax
 from .sides import _Side, _deq
 
 
@@ -112,11 +113,14 @@ def _chunk_stats(job: _Job, r0: int, r1: int) -> _Stats:
         x = _deq(xb, ref.qtype, rows, cols)
         if job.requant:
             from ..quants import quantize
+            from .kernels import reencode16
 
-            try:
-                e = quantize(x, oth.qtype, name=ref.name, threads=1).reshape(-1)
-            except QuantizationError as exc:  # NaN/inf in the reference: ggml would refuse it too
-                s.requant_error = str(exc)
+            e = reencode16(xb, ref.qtype, oth.qtype)  # BF16 <-> F16 by table: the quantizer's bytes
+            if e is None:
+                try:
+                    e = quantize(x, oth.qtype, name=ref.name, threads=1).reshape(-1)
+                except QuantizationError as exc:  # NaN/inf in the reference: ggml would refuse it too
+                    s.requant_error = str(exc)
         s.identical = e is not None and bool(np.array_equal(e, yb))
     if s.identical and _lossless(ref.qtype, oth.qtype):  # y == x: no numbers to compute
         s.lossless = True
@@ -127,7 +131,8 @@ def _chunk_stats(job: _Job, r0: int, r1: int) -> _Stats:
         x = _deq(xb, ref.qtype, rows, cols)
     y = _deq(yb, oth.qtype, rows, cols)
     xf, yf = x.reshape(-1), y.reshape(-1)
-    d = np.subtract(yf, xf)
+    fused = diff_absmax(yf, xf)  # d and max |d| in one pass where numba is on
+    d = np.subtract(yf, xf) if fused is None else fused[0]
     # three dots, not four: x.y = x.x + x.d and y.y = x.x + 2 x.d + d.d (y = x + d)
     s.ss_x, s.ss_d, xd = _dot(xf, xf), _dot(d, d), _dot(xf, d)
     if not math.isfinite(s.ss_d + s.ss_x + xd) and np.isfinite(d).all():
@@ -136,7 +141,7 @@ def _chunk_stats(job: _Job, r0: int, r1: int) -> _Stats:
         s.ss_x, s.ss_d, xd = float(x64 @ x64), float(d64 @ d64), float(x64 @ d64)
     s.xy, s.ss_y = s.ss_x + xd, s.ss_x + 2 * xd + s.ss_d
     s.any_nonzero = s.ss_x > 0
-    s.max_abs, i = _absmax(d)
+    s.max_abs, i = _absmax(d) if fused is None else fused[1:]
     s.max_idx = r0 * cols + i
     if not (math.isfinite(s.ss_y) and math.isfinite(s.ss_x)):
         bad = ~np.isfinite(yf) & np.isfinite(xf)

@@ -112,3 +112,26 @@ def test_partly_damaged_tensor_uses_the_whole_norm(converted, tmp_path, monkeypa
     assert rows.cosine == pytest.approx(whole.cosine, rel=1e-6) and rows.max_abs == whole.max_abs
     assert rows.max_abs_index == whole.max_abs_index
     assert whole.max_abs_index[0] == 0 and whole.max_abs_index[1] in ((45, 46) if outtype == "auto" else range(84, 88))
+
+
+@pytest.mark.parametrize("outtype", ["f16", "q8_0"])
+def test_nonfinite_checkpoint_value_is_named_by_the_quantizer(converted, tmp_path, outtype):
+    """A checkpoint inf cannot be re-encoded (ggml refuses it): the F16 table path hands it to
+    the quantizer, whose error names the tensor and index, as the quantized path does."""
+    import shutil
+
+    from dflash_gguf.fileio.safetensors import read_inventory
+
+    src = converted("qwen3-flat", "llama.cpp", outtype)
+    d = tmp_path / "ckpt"
+    shutil.copytree(DRAFTERS / "qwen3-flat", d)
+    t = next(t for t in read_inventory(d) if t.name.endswith("layers.0.mlp.up_proj.weight"))
+    assert t.dtype == "BF16"
+    with open(t.file, "r+b") as f:  # bf16 +inf at element [1, 3]
+        f.seek(t.offset + 2 * (t.shape[1] + 3))
+        f.write(b"\x80\x7f")
+    r = compare_weights(d, src)
+    row = failing(r)
+    assert list(row) == ["blk.0.ffn_up.weight"]
+    bad = row["blk.0.ffn_up.weight"]
+    assert "source-nonfinite" in bad.flags and "non-finite value (inf) at index (1, 3)" in bad.detail

@@ -1,0 +1,81 @@
+"""The compare fast paths give the library's own bits: gguf-py's dequantizers, NumPy's float16
+cast, the quantizer's 16-bit re-encoding, NumPy's subtract + argmax/argmin."""
+from __future__ import annotations
+
+import gguf
+import numpy as np
+import pytest
+from gguf import GGMLQuantizationType as Q
+
+from dflash_gguf.compare import kernels
+from dflash_gguf.compare.stats import _absmax
+from dflash_gguf.quants import _numba, quantize
+
+
+@pytest.fixture(params=[True, False], ids=["numba", "numpy"])
+def numba_mode(request):
+    if request.param and not _numba.AVAILABLE:
+        pytest.skip("numba is not installed")
+    prev = _numba.set_enabled(request.param)
+    yield request.param
+    _numba.set_enabled(prev)
+
+
+def same_bits(a: np.ndarray, b: np.ndarray) -> bool:
+    return a.shape == b.shape and np.array_equal(a.view(np.uint32), b.view(np.uint32))
+
+
+@pytest.mark.parametrize("qtype", [Q.Q8_0, Q.Q4_K, Q.Q6_K, Q.F16, Q.BF16])
+def test_dequantize_is_gguf_py_bit_for_bit(numba_mode, qtype):
+    rng = np.random.default_rng(7)
+    x = (rng.standard_normal((6, 512)) * 0.05).astype(np.float32)
+    x[0, :40] = 0  # zero blocks: d = 0
+    encoded = quantize(x, qtype).reshape(-1)
+    garbage = rng.integers(0, 256, encoded.size, dtype=np.uint8)  # inf/NaN scales, every code
+    for raw in (encoded, garbage):
+        ours = kernels.dequantize(raw, qtype, 6, 512)
+        if ours is None:  # no fast path in this mode: the caller's NumPy path runs
+            assert not numba_mode and qtype not in (Q.F16,)
+            continue
+        with np.errstate(all="ignore"):
+            ref = np.asarray(gguf.dequantize(raw.reshape(6, -1), qtype), dtype=np.float32).reshape(6, 512)
+        assert same_bits(ours, ref)
+
+
+def test_dequantize_leaves_other_types_and_odd_sizes_to_the_caller():
+    assert kernels.dequantize(np.zeros(22 * 2, np.uint8), Q.Q5_0, 2, 32) is None
+    if _numba.enabled():
+        assert kernels.dequantize(np.zeros(33, np.uint8), Q.Q8_0, 1, 32) is None  # wrong byte count
+
+
+@pytest.mark.parametrize("src, dst", [(Q.BF16, Q.F16), (Q.F16, Q.BF16)])
+def test_reencode16_is_the_quantizer_on_every_finite_value(numba_mode, src, dst):
+    bits = np.arange(1 << 16, dtype=np.uint16)
+    mask = 0x7F80 if src == Q.BF16 else 0x7C00
+    finite = bits[(bits & mask) != mask]
+    values = kernels.dequantize(finite.view(np.uint8), src, 1, finite.size)
+    if values is None:  # BF16 without numba: the quantizer's own reading
+        values = (finite.astype(np.uint32) << 16).view(np.float32)[None]
+    want = quantize(values, dst, threads=1).reshape(-1)
+    assert np.array_equal(kernels.reencode16(finite.view(np.uint8), src, dst), want)
+    with_inf = np.concatenate([finite[:5], np.array([mask], np.uint16)])
+    assert kernels.reencode16(with_inf.view(np.uint8), src, dst) is None  # the quantizer names it
+    assert kernels.reencode16(finite.view(np.uint8), src, Q.Q8_0) is None
+    assert kernels.reencode16(finite.view(np.uint8), src, src) is None
+
+
+def test_diff_absmax_is_subtract_then_argmax_argmin(numba_mode):
+    rng = np.random.default_rng(11)
+    pool = np.array([0.0, -0.0, 1.0, -1.0, 2.0, -2.0, np.inf, -np.inf, np.nan, 0.5], np.float32)
+    for _ in range(500):
+        n = int(rng.integers(1, 24))
+        y, x = rng.choice(pool, n), rng.choice(pool, n)
+        got = kernels.diff_absmax(y, x)
+        if got is None:
+            assert not numba_mode
+            return
+        with np.errstate(all="ignore"):
+            d = np.subtract(y, x)
+        m, i = _absmax(d)
+        assert same_bits(got[0], d) and got[2] == i and (got[1] == m or (np.isnan(got[1]) and np.isnan(m)))
+    assert kernels.diff_absmax(np.zeros(0, np.float32), np.zeros(0, np.float32)) is None
