@@ -30,24 +30,21 @@ def _i8(v):
 
 
 @jit
-def q8_0(raw, f16):
-    """dequantize_row_q8_0: y = q * d per value (blocks of 2-byte d + 32 int8)."""
+def q8_0(raw, f16, out):
+    """dequantize_row_q8_0: y = q * d per value (blocks of 2-byte d + 32 int8), into ``out``."""
     nb = raw.shape[0] // 34
-    out = np.empty(nb * 32, np.float32)
     for b in range(nb):
         o = 34 * b
         d = f16[_h(raw, o)]
         for i in range(32):
             out[32 * b + i] = F32(_i8(raw[o + 2 + i])) * d
-    return out
 
 
 @jit
-def q4_k(raw, f16):
+def q4_k(raw, f16, out):
     """dequantize_row_q4_K: per sub-block j, d1 = d * sc, m1 = dmin * m, y = d1 * q - m1; the
     6-bit sc/m of get_scale_min_k4; sub-block 2g (2g+1) is the low (high) nibble of qs[32g:]."""
     nb = raw.shape[0] // 144
-    out = np.empty(nb * 256, np.float32)
     for b in range(nb):
         o = 144 * b
         d = f16[_h(raw, o)]
@@ -67,16 +64,14 @@ def q4_k(raw, f16):
             for l in range(32):
                 q = (np.int64(raw[q0 + l]) >> shift) & 0xF
                 out[256 * b + 32 * j + l] = d1 * F32(q) - m1
-    return out
 
 
 @jit
-def q6_k(raw, f16):
+def q6_k(raw, f16, out):
     """dequantize_row_q6_K: y = (d * scale) * q, q = (4 bits of ql | 2 bits of qh << 4) - 32, in
     ggml's loop: per half h (128 values) and l < 32, values l, l+32, l+64, l+96 take ql[l] low,
     ql[l+32] low, ql[l] high, ql[l+32] high nibbles and bits 0-1, 2-3, 4-5, 6-7 of qh[l]."""
     nb = raw.shape[0] // 210
-    out = np.empty(nb * 256, np.float32)
     for b in range(nb):
         o = 210 * b
         d = f16[_h(raw, o + 208)]
@@ -89,43 +84,35 @@ def q6_k(raw, f16):
                         lo = (np.int64(raw[ql + l + 32 * (k & 1)]) >> (4 * (k >> 1))) & 0xF
                         hi = (np.int64(raw[qh + l]) >> (2 * k)) & 3
                         out[y + 32 * k + l] = scale * F32((lo | (hi << 4)) - 32)
-    return out
 
 
 @jit
-def lut_u16(u, table):
-    """table[u] for uint16 ``u``."""
-    out = np.empty(u.shape[0], table.dtype)
+def lut_u16(u, table, out):
+    """out[i] = table[u[i]] for uint16 ``u``."""
     for i in range(u.shape[0]):
         out[i] = table[u[i]]
-    return out
 
 
 @jit
-def lut_u16_finite(u, table, exp_mask):
-    """table[u], or None when some u has every ``exp_mask`` bit set (inf/NaN)."""
-    out = np.empty(u.shape[0], table.dtype)
+def lut_u16_finite(u, table, exp_mask, out):
+    """out[i] = table[u[i]]; False when some u has every ``exp_mask`` bit set (inf/NaN)."""
     bad = 0
     for i in range(u.shape[0]):
         v = u[i]
         if (np.int64(v) & exp_mask) == exp_mask:
             bad = 1
         out[i] = table[v]
-    if bad:
-        return None
-    return out
+    return bad == 0
 
 
 @jit
-def diff_extremes(y, x):
-    """d = y - x (float32), and what NumPy's argmax / argmin of d return: the index of the
-    first NaN when there is one (``first_nan``, else -1; the max and min indices mean nothing
-    then), else the first index of the max and of the min."""
-    n = y.shape[0]
-    d = np.empty(n, np.float32)
+def diff_extremes(y, x, d):
+    """d = y - x (float32, into ``d``), and what NumPy's argmax / argmin of d return: the index
+    of the first NaN when there is one (``first_nan``, else -1; the max and min indices mean
+    nothing then), else the first index of the max and of the min."""
     imax = imin = 0
     first_nan = -1
-    for i in range(n):
+    for i in range(y.shape[0]):
         v = y[i] - x[i]
         d[i] = v
         if v != v and first_nan < 0:
@@ -134,13 +121,4 @@ def diff_extremes(y, x):
             imax = i
         if v < d[imin]:
             imin = i
-    return d, first_nan, imax, imin
-
-
-@jit
-def bf16(u):
-    """ggml_compute_bf16_to_fp32: the 16 bits become the top half of a float32."""
-    out = np.empty(u.shape[0], np.uint32)
-    for i in range(u.shape[0]):
-        out[i] = np.uint32(u[i]) << 16
-    return out.view(np.float32)
+    return first_nan, imax, imin

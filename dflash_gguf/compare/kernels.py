@@ -4,7 +4,7 @@ Measured on a 470M-value Q4_K_M drafter, a compare spent a quarter of its time i
 NumPy dequantizers (each K-quant block unpacked through a dozen whole-array temporaries) and
 most of an F16 compare in NumPy's float16 casts (~300-400M values/s). Here:
 
-* Q8_0, Q4_K and Q6_K (and BF16, in one pass) are dequantized by numba kernels that do ggml's ``dequantize_row_*``
+* Q8_0, Q4_K and Q6_K are dequantized by numba kernels that do ggml's ``dequantize_row_*``
   float operations in the same order (float32 only, no fused multiply-add: the quantizer's
   ``JIT_OPTIONS``), so every value has the same bits as gguf-py's (tests/compare).
 * F16 values read back, and 16-bit values re-encoded into the other 16-bit float type (the
@@ -17,6 +17,7 @@ NumPy path (``None`` here).
 """
 from __future__ import annotations
 
+import sys
 from functools import lru_cache
 
 import numpy as np
@@ -33,45 +34,54 @@ def _numba_on() -> bool:
     return _numba.enabled()
 
 
-def dequantize(raw: np.ndarray, t: Q, rows: int, cols: int) -> np.ndarray | None:
-    """ggml block bytes (flat uint8) of ``rows`` x ``cols`` values -> float32 (rows, cols), or
-    None when there is no fast path for ``t`` here."""
+def dequantize(raw: np.ndarray, t: Q, rows: int, cols: int, out: np.ndarray | None = None) -> np.ndarray | None:
+    """ggml block bytes (flat uint8) of ``rows`` x ``cols`` values -> float32 (rows, cols), in
+    ``out`` (float32, at least rows x cols) when given; None when there is no fast path for ``t``."""
+    n = rows * cols
     if t == Q.F16:
         u = raw.view(np.uint16)
-        out = _kernels().lut_u16(u, f16_table()) if _numba_on() else np.take(f16_table(), u)
-        return out.reshape(rows, cols)
-    if t == Q.BF16 and _numba_on():
-        return _kernels().bf16(raw.view(np.uint16)).reshape(rows, cols)
+        y = np.empty(n, np.float32) if out is None else out[:n]
+        if _numba_on():
+            _kernels().lut_u16(u, f16_table(), y)
+        else:
+            np.take(f16_table(), u, out=y)
+        return y.reshape(rows, cols)
     if t not in _BLOCKS or not _numba_on():
         return None
     ts, bs = _BLOCKS[t]
-    if raw.size != rows * cols // bs * ts or cols % bs:
+    if raw.size != n // bs * ts or cols % bs:
         return None  # let the generic path raise its precise error
     k = _kernels()
-    fn = {Q.Q8_0: k.q8_0, Q.Q4_K: k.q4_k, Q.Q6_K: k.q6_k}[t]
-    return fn(raw, f16_table()).reshape(rows, cols)
+    y = np.empty(n, np.float32) if out is None else out[:n]
+    {Q.Q8_0: k.q8_0, Q.Q4_K: k.q4_k, Q.Q6_K: k.q6_k}[t](raw, f16_table(), y)
+    return y.reshape(rows, cols)
 
 
-def reencode16(raw: np.ndarray, src: Q, dst: Q) -> np.ndarray | None:
+def reencode16(raw: np.ndarray, src: Q, dst: Q, out: np.ndarray | None = None) -> np.ndarray | None:
     """ggml's encoding in ``dst`` (F16 or BF16) of the 16-bit float values ``raw`` of type
-    ``src`` (BF16 or F16), as flat uint8; None for any other pair, or when a value is inf/NaN
-    (the quantizer refuses those, and its error names the first one)."""
+    ``src`` (BF16 or F16), as flat uint8 (in ``out``, uint8, when given); None for any other
+    pair, or when a value is inf/NaN (the quantizer refuses those, and its error names the first one)."""
     if (src, dst) not in ((Q.BF16, Q.F16), (Q.F16, Q.BF16)):
         return None
     u, table, mask = raw.view(np.uint16), _reencode_table(src, dst), _EXP_MASK[src]
+    e = np.empty(u.size, np.uint16) if out is None else out[:raw.size].view(np.uint16)
     if _numba_on():
-        out = _kernels().lut_u16_finite(u, table, mask)
+        ok = _kernels().lut_u16_finite(u, table, mask, e)
     else:
-        out = None if np.any((u & mask) == mask) else np.take(table, u)
-    return None if out is None else out.view(np.uint8)
+        ok = not np.any((u & mask) == mask)
+        np.take(table, u, out=e)
+    return e.view(np.uint8) if ok else None
 
 
-def diff_absmax(y: np.ndarray, x: np.ndarray) -> tuple[np.ndarray, float, int] | None:
+def diff_absmax(y: np.ndarray, x: np.ndarray, out: np.ndarray | None = None) -> tuple[np.ndarray, float, int] | None:
     """(d = y - x, max |d|, its flat index) in one pass, as ``stats._absmax(np.subtract(y, x))``
-    gives them (the first NaN wins; ties go to the max's first index); None without numba."""
-    if not y.size or not _numba_on():
+    gives them (the first NaN wins; ties go to the max's first index), d in ``out`` when given;
+    None unless numba is on and already loaded: a BF16 file's few F32 norms are not worth its
+    ~1 s start-up."""
+    if not y.size or not _numba_on() or "numba" not in sys.modules:
         return None
-    d, first_nan, imax, imin = _kernels().diff_extremes(y, x)
+    d = np.empty(y.size, np.float32) if out is None else out[:y.size]
+    first_nan, imax, imin = _kernels().diff_extremes(y, x, d)
     if first_nan >= 0:
         return d, float(d[first_nan]), int(first_nan)
     a, b = float(d[imax]), float(d[imin])

@@ -25,7 +25,7 @@ def same_bits(a: np.ndarray, b: np.ndarray) -> bool:
     return a.shape == b.shape and np.array_equal(a.view(np.uint32), b.view(np.uint32))
 
 
-@pytest.mark.parametrize("qtype", [Q.Q8_0, Q.Q4_K, Q.Q6_K, Q.F16, Q.BF16])
+@pytest.mark.parametrize("qtype", [Q.Q8_0, Q.Q4_K, Q.Q6_K, Q.F16])
 def test_dequantize_is_gguf_py_bit_for_bit(numba_mode, qtype):
     rng = np.random.default_rng(7)
     x = (rng.standard_normal((6, 512)) * 0.05).astype(np.float32)
@@ -34,8 +34,8 @@ def test_dequantize_is_gguf_py_bit_for_bit(numba_mode, qtype):
     garbage = rng.integers(0, 256, encoded.size, dtype=np.uint8)  # inf/NaN scales, every code
     for raw in (encoded, garbage):
         ours = kernels.dequantize(raw, qtype, 6, 512)
-        if ours is None:  # no fast path in this mode: the caller's NumPy path runs
-            assert not numba_mode and qtype not in (Q.F16,)
+        if ours is None:  # no kernel in this mode: the caller's NumPy path runs
+            assert not numba_mode and qtype != Q.F16
             continue
         with np.errstate(all="ignore"):
             ref = np.asarray(gguf.dequantize(raw.reshape(6, -1), qtype), dtype=np.float32).reshape(6, 512)
@@ -44,6 +44,7 @@ def test_dequantize_is_gguf_py_bit_for_bit(numba_mode, qtype):
 
 def test_dequantize_leaves_other_types_and_odd_sizes_to_the_caller():
     assert kernels.dequantize(np.zeros(22 * 2, np.uint8), Q.Q5_0, 2, 32) is None
+    assert kernels.dequantize(np.zeros(64, np.uint8), Q.BF16, 1, 32) is None  # NumPy's shift is as fast
     if _numba.enabled():
         assert kernels.dequantize(np.zeros(33, np.uint8), Q.Q8_0, 1, 32) is None  # wrong byte count
 
@@ -53,9 +54,10 @@ def test_reencode16_is_the_quantizer_on_every_finite_value(numba_mode, src, dst)
     bits = np.arange(1 << 16, dtype=np.uint16)
     mask = 0x7F80 if src == Q.BF16 else 0x7C00
     finite = bits[(bits & mask) != mask]
-    values = kernels.dequantize(finite.view(np.uint8), src, 1, finite.size)
-    if values is None:  # BF16 without numba: the quantizer's own reading
-        values = (finite.astype(np.uint32) << 16).view(np.float32)[None]
+    if src == Q.F16:
+        values = finite.view(np.float16).astype(np.float32)
+    else:
+        values = (finite.astype(np.uint32) << 16).view(np.float32)
     want = quantize(values, dst, threads=1).reshape(-1)
     assert np.array_equal(kernels.reencode16(finite.view(np.uint8), src, dst), want)
     with_inf = np.concatenate([finite[:5], np.array([mask], np.uint16)])
@@ -65,6 +67,8 @@ def test_reencode16_is_the_quantizer_on_every_finite_value(numba_mode, src, dst)
 
 
 def test_diff_absmax_is_subtract_then_argmax_argmin(numba_mode):
+    import numba  # noqa: F401  (the fused pass runs only once numba is loaded anyway)
+
     rng = np.random.default_rng(11)
     pool = np.array([0.0, -0.0, 1.0, -1.0, 2.0, -2.0, np.inf, -np.inf, np.nan, 0.5], np.float32)
     for _ in range(500):
@@ -79,3 +83,24 @@ def test_diff_absmax_is_subtract_then_argmax_argmin(numba_mode):
         m, i = _absmax(d)
         assert same_bits(got[0], d) and got[2] == i and (got[1] == m or (np.isnan(got[1]) and np.isnan(m)))
     assert kernels.diff_absmax(np.zeros(0, np.float32), np.zeros(0, np.float32)) is None
+
+
+def test_a_bf16_file_does_not_start_numba(tmp_path):
+    """Comparing a checkpoint with its BF16 GGUF needs no kernel: numba (~1 s to start) stays
+    unloaded (a fresh process: this one may have loaded it already)."""
+    import os
+    import subprocess
+    import sys
+
+    from dflash_gguf.convert import convert
+    from tests.conftest import DRAFTERS, ROOT
+
+    out = tmp_path / "bf16.gguf"
+    convert(DRAFTERS / "qwen3-flat", out, format="lucebox", outtype="bf16")
+    code = ("import sys; from dflash_gguf.compare import compare_weights as c; "
+            f"r = c({str(DRAFTERS / 'qwen3-flat')!r}, {str(out)!r}); "
+            "assert r.passed, r.summary; print('numba' in sys.modules)")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip() == "False"
