@@ -104,21 +104,3 @@ def lut_u16_finite(u, table, exp_mask, out):
         out[i] = table[v]
     return bad == 0
 
-
-@jit
-def diff_extremes(y, x, d):
-    """d = y - x (float32, into ``d``), and what NumPy's argmax / argmin of d return: the index
-    of the first NaN when there is one (``first_nan``, else -1; the max and min indices mean
-    nothing then), else the first index of the max and of the min."""
-    imax = imin = 0
-    first_nan = -1
-    for i in range(y.shape[0]):
-        v = y[i] - x[i]
-        d[i] = v
-        if v != v and first_nan < 0:
-            first_nan = i
-        if v > d[imax]:
-            imax = i
-        if v < d[imin]:
-            imin = i
-    return first_nan, imax, imin

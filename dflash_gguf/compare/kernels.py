@@ -17,7 +17,6 @@ NumPy path (``None`` here).
 """
 from __future__ import annotations
 
-import sys
 from functools import lru_cache
 
 import numpy as np
@@ -71,21 +70,6 @@ def reencode16(raw: np.ndarray, src: Q, dst: Q, out: np.ndarray | None = None) -
         ok = not np.any((u & mask) == mask)
         np.take(table, u, out=e)
     return e.view(np.uint8) if ok else None
-
-
-def diff_absmax(y: np.ndarray, x: np.ndarray, out: np.ndarray | None = None) -> tuple[np.ndarray, float, int] | None:
-    """(d = y - x, max |d|, its flat index) in one pass, as ``stats._absmax(np.subtract(y, x))``
-    gives them (the first NaN wins; ties go to the max's first index), d in ``out`` when given;
-    None unless numba is on and already loaded: a BF16 file's few F32 norms are not worth its
-    ~1 s start-up."""
-    if not y.size or not _numba_on() or "numba" not in sys.modules:
-        return None
-    d = np.empty(y.size, np.float32) if out is None else out[:y.size]
-    first_nan, imax, imin = _kernels().diff_extremes(y, x, d)
-    if first_nan >= 0:
-        return d, float(d[first_nan]), int(first_nan)
-    a, b = float(d[imax]), float(d[imin])
-    return (d, a, int(imax)) if a >= -b else (d, -b, int(imin))
 
 
 @lru_cache(maxsize=None)

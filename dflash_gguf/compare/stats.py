@@ -21,7 +21,6 @@ from gguf import GGMLQuantizationType as Q
 from ..errors import QuantizationError
 from .bands import _FLOATS
 from .report import TensorComparison
-from .kernels import diff_absmax
 from .sides import _Side, _deq
 
 
@@ -155,10 +154,7 @@ def _chunk_stats(job: _Job, r0: int, r1: int) -> _Stats:
         x = _deq(xb, ref.qtype, rows, cols, _scratch.get("x", n, np.float32))
     y = _deq(yb, oth.qtype, rows, cols, _scratch.get("y", n, np.float32))
     xf, yf = x.reshape(-1), y.reshape(-1)
-    d = _scratch.get("d", n, np.float32)
-    fused = diff_absmax(yf, xf, d)  # d and max |d| in one pass where numba is on
-    if fused is None:
-        np.subtract(yf, xf, out=d)
+    d = np.subtract(yf, xf, out=_scratch.get("d", n, np.float32))
     # three dots, not four: x.y = x.x + x.d and y.y = x.x + 2 x.d + d.d (y = x + d)
     s.ss_x, s.ss_d, xd = _dot(xf, xf), _dot(d, d), _dot(xf, d)
     if not math.isfinite(s.ss_d + s.ss_x + xd) and np.isfinite(d).all():
@@ -167,7 +163,7 @@ def _chunk_stats(job: _Job, r0: int, r1: int) -> _Stats:
         s.ss_x, s.ss_d, xd = float(x64 @ x64), float(d64 @ d64), float(x64 @ d64)
     s.xy, s.ss_y = s.ss_x + xd, s.ss_x + 2 * xd + s.ss_d
     s.any_nonzero = s.ss_x > 0
-    s.max_abs, i = _absmax(d) if fused is None else fused[1:]
+    s.max_abs, i = _absmax(d)
     s.max_idx = r0 * cols + i
     if not (math.isfinite(s.ss_y) and math.isfinite(s.ss_x)):
         bad = ~np.isfinite(yf) & np.isfinite(xf)

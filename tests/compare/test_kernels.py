@@ -1,5 +1,5 @@
 """The compare fast paths give the library's own bits: gguf-py's dequantizers, NumPy's float16
-cast, the quantizer's 16-bit re-encoding, NumPy's subtract + argmax/argmin."""
+cast, the quantizer's 16-bit re-encoding."""
 from __future__ import annotations
 
 import gguf
@@ -8,7 +8,6 @@ import pytest
 from gguf import GGMLQuantizationType as Q
 
 from dflash_gguf.compare import kernels
-from dflash_gguf.compare.stats import _absmax
 from dflash_gguf.quants import _numba, quantize
 
 
@@ -64,25 +63,6 @@ def test_reencode16_is_the_quantizer_on_every_finite_value(numba_mode, src, dst)
     assert kernels.reencode16(with_inf.view(np.uint8), src, dst) is None  # the quantizer names it
     assert kernels.reencode16(finite.view(np.uint8), src, Q.Q8_0) is None
     assert kernels.reencode16(finite.view(np.uint8), src, src) is None
-
-
-def test_diff_absmax_is_subtract_then_argmax_argmin(numba_mode):
-    import numba  # noqa: F401  (the fused pass runs only once numba is loaded anyway)
-
-    rng = np.random.default_rng(11)
-    pool = np.array([0.0, -0.0, 1.0, -1.0, 2.0, -2.0, np.inf, -np.inf, np.nan, 0.5], np.float32)
-    for _ in range(500):
-        n = int(rng.integers(1, 24))
-        y, x = rng.choice(pool, n), rng.choice(pool, n)
-        got = kernels.diff_absmax(y, x)
-        if got is None:
-            assert not numba_mode
-            return
-        with np.errstate(all="ignore"):
-            d = np.subtract(y, x)
-        m, i = _absmax(d)
-        assert same_bits(got[0], d) and got[2] == i and (got[1] == m or (np.isnan(got[1]) and np.isnan(m)))
-    assert kernels.diff_absmax(np.zeros(0, np.float32), np.zeros(0, np.float32)) is None
 
 
 def test_a_bf16_file_does_not_start_numba(tmp_path):
