@@ -1,51 +1,48 @@
-"""Benchmark `compare-weights` against the straightforward approach, in one run.
+"""Benchmark `compare-weights` against the straightforward approach: whole processes, one run.
 
-    python bench/bench_compare.py [--layers 2] [--hidden 4096] [--intermediate 12288] [--taps 5] [--repeat 2]
+    python bench/bench_compare.py [--layers 2] [--types q8_0,q4_k_m,auto,f16] [--repeat 2] [--keep]
     python bench/bench_compare.py --bands      # re-measure the default tolerance bands instead
 
 Generates a synthetic drafter with Qwen3-8B-DFlash shapes (bf16; 2 layers ~ 0.95 GB) under
-bench/_work_compare/, converts it with our library to Q8_0 and to BF16 (lucebox format: no
-tokenizer needed; the tensors are the same in every format), then measures, each in a fresh
-subprocess, interleaved, best of --repeat:
+bench/_work_compare/ and converts it with our library to each --types outtype (lucebox format:
+no tokenizer needed; the tensors are the same in every format; "auto" keeps bf16). Then, per
+type, runs each side as a fresh child process, interleaved, --repeat rounds:
   - baseline: for each tensor, the checkpoint tensor as float32 (exact), gguf-py's
     GGUFReader + gguf.dequantize for the GGUF side, and the same metrics with plain NumPy on
     whole tensors (relative RMS error, max abs error and where, cosine, norm ratio); no
     re-quantization, one tensor at a time;
-  - ours: dflash_gguf.compare.compare_weights (which also re-quantizes every tensor with the
-    ggml-exact quantizer and checks the bytes).
-Prints throughput (MB/s of checkpoint bytes), the ratio ours/baseline (goal >= 2x) and the
-peak RSS of each (VmHWM of the child; ru_maxrss is inherited across exec on Linux).
+  - ours: `python -m dflash_gguf compare-weights D G --json` (which also re-encodes every
+    tensor with the ggml-exact quantizer and compares the bytes), its verdict checked;
+  - ours-noreq (quantized types): the same with --no-requantize, to show what the re-encode
+    check costs (not the goal's measure: it gives up the bit-identical verdict).
+For each: wall of the whole process (best and median), CPU (user + sys, os.wait4), peak RSS
+(ru_maxrss of the child), the library's own time (inside the process, after imports), and the
+ratio baseline/ours (goal >= 2x on every type). Timings on a shared machine are noisy.
 """
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import shutil
+import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
-
 HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
 WORK = HERE / "_work_compare"
 sys.path.insert(0, str(HERE))
-from bench_convert import make_drafter  # noqa: E402  (the same streaming bf16 safetensors writer)
+from bench_convert import cpu_flags, make_drafter  # noqa: E402  (the same drafter, the same CPU line)
 
-HWM = "int(next(l for l in open('/proc/self/status') if l.startswith('VmHWM')).split()[1])"
-
-OURS = r'''
-import sys, time
-from dflash_gguf.compare import compare_weights
-t = time.perf_counter()
-r = compare_weights(sys.argv[1], sys.argv[2])
-dt = time.perf_counter() - t
-assert r.passed, r.summary
-print(dt, HWM, r.summary.replace(" ", "_"))
-'''.replace("HWM", HWM)
+MiB = 1 << 20
 
 BASELINE = r'''
 import sys, time
+t = time.perf_counter()
 import numpy as np
 import gguf
 from gguf import GGUFReader
@@ -71,8 +68,8 @@ for tg in r.tensors:
     rel, max_abs, where = (ss_d / ss_x) ** 0.5, abs(float(d[i])), np.unravel_index(i, x.shape)
     cos, ratio = xy / (ss_x * ss_y) ** 0.5, (ss_y / ss_x) ** 0.5
     worst = max(worst, rel)
-print(time.perf_counter() - t, HWM, f"worst_rel_rms={worst:.4g}")
-'''.replace("HWM", HWM)
+print(time.perf_counter() - t, f"worst_rel_rms={worst:.4g}")
+'''
 
 CONVERT = r'''
 import sys
@@ -80,20 +77,30 @@ from dflash_gguf.convert import convert
 convert(sys.argv[1], sys.argv[2], format="lucebox", outtype=sys.argv[3], force=True)
 '''
 
-IMPORT_ONLY = f"import dflash_gguf.compare, gguf; print(0, {HWM}, '-')"
 
-
-def run(code: str, *args: str) -> tuple[float, int, str]:
-    res = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True)
-    if res.returncode:
-        sys.exit(f"benchmark child failed:\n{res.stderr}")
-    out = res.stdout.split()
-    return float(out[0]), int(out[1]) * 1024, out[2]
+def run_child(argv: list[str], env: dict[str, str]) -> tuple[float, float, int, str]:
+    """(wall s, CPU s, peak RSS bytes, stdout) of one child process, from os.wait4. A child's
+    ru_maxrss starts at this process's peak (kept across exec): this one stays small."""
+    with tempfile.TemporaryFile() as out:
+        t = time.perf_counter()
+        proc = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.PIPE)
+        err = proc.stderr.read()
+        _, status, ru = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - t
+        proc.stderr.close()
+        proc.returncode = code = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        text = out.read().decode()
+    if code:
+        sys.exit(f"benchmark child failed ({code}): {' '.join(argv)}\n{err.decode(errors='replace')[-3000:]}")
+    return wall, ru.ru_utime + ru.ru_stime, ru.ru_maxrss * 1024, text
 
 
 def measure_bands(rows: int, cols: int, seed: int) -> None:
     """Relative RMS error and per-block max error / block max |x| of ggml's own encodings on
     weight-like data; the default bands are 1.5x / 2x the worst of these (docs/compare-weights.md)."""
+    import numpy as np
+
     from dflash_gguf.quants import dequantize, quantize, block_size
 
     rng = np.random.default_rng(seed)
@@ -134,42 +141,70 @@ def main() -> None:
     ap.add_argument("--taps", type=int, default=5)
     ap.add_argument("--heads", type=int, default=32)
     ap.add_argument("--repeat", type=int, default=2)
-    ap.add_argument("--types", default="q8_0,auto", help="outtypes to measure (comma-separated)")
+    ap.add_argument("--types", default="q8_0,q4_k_m,auto,f16", help="outtypes to measure (comma-separated)")
     ap.add_argument("--keep", action="store_true", help="keep bench/_work_compare/ afterwards")
     ap.add_argument("--bands", action="store_true", help="measure the default tolerance bands and exit")
+    ap.add_argument("--prepare", action="store_true", help=argparse.SUPPRESS)  # the generating child
     args = ap.parse_args()
     if args.bands:
         measure_bands(512, 4096, 1)
         return
-
     d = WORK / "drafter"
-    t0 = time.perf_counter()
     heads = min(args.heads, max(1, args.hidden // 128))
-    largest = make_drafter(d, args.layers, args.hidden, args.intermediate, args.taps, heads=heads,
-                           kv=max(1, heads // 4))
+    if args.prepare:
+        largest = make_drafter(d, args.layers, args.hidden, args.intermediate, args.taps, heads=heads,
+                               kv=max(1, heads // 4))
+        print(largest)
+        return
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
+    shutil.rmtree(WORK, ignore_errors=True)
+    t0 = time.perf_counter()
+    # Generated in a child, so this process (whose peak every child's ru_maxrss starts from) stays small.
+    prep = subprocess.run([sys.executable, __file__, "--prepare", "--layers", str(args.layers), "--hidden",
+                           str(args.hidden), "--intermediate", str(args.intermediate), "--taps", str(args.taps),
+                           "--heads", str(args.heads)], capture_output=True, text=True, env=env)
+    if prep.returncode:
+        sys.exit(f"generating the drafter failed:\n{prep.stderr[-3000:]}")
+    largest = int(prep.stdout.split()[-1])
     size = (d / "model.safetensors").stat().st_size
+    print(f"CPU: {cpu_flags()}; python {sys.version.split()[0]}")
     print(f"synthetic drafter: {size / 1e9:.2f} GB bf16, {args.layers} layers, hidden {args.hidden}, "
-          f"largest tensor {largest / 1e6:.0f} MB (generated in {time.perf_counter() - t0:.1f} s)")
-    base_rss = run(IMPORT_ONLY)[1]
-    mb = size / 1e6
+          f"largest tensor {largest / MiB:.0f} MiB (generated in {time.perf_counter() - t0:.1f} s)")
+    floor = run_child(["true"], os.environ.copy())[2]
+    print(f"RSS floor inherited from this process: {floor / MiB:.0f} MiB (no child reports less)")
+    py = sys.executable
     try:
         for outtype in args.types.split(","):
             g = WORK / f"drafter-{outtype}.gguf"
             t0 = time.perf_counter()
-            subprocess.run([sys.executable, "-c", CONVERT, str(d), str(g), outtype], check=True)
+            subprocess.run([py, "-c", CONVERT, str(d), str(g), outtype], check=True, env=env)
             print(f"\n[{outtype}] converted to {g.name} ({g.stat().st_size / 1e9:.2f} GB) in "
                   f"{time.perf_counter() - t0:.1f} s")
-            base, ours = [], []
+            jobs = {"baseline": [py, "-c", BASELINE, str(d), str(g)],
+                    "ours": [py, "-m", "dflash_gguf", "compare-weights", str(d), str(g), "--json"]}
+            if outtype.startswith("q"):  # where the time goes: the same without the re-encode check
+                jobs["ours-noreq"] = [*jobs["ours"], "--no-requantize"]
+            res: dict[str, list] = {k: [] for k in jobs}
             for _ in range(args.repeat):  # interleaved, so background load hits both alike
-                base.append(run(BASELINE, str(d), str(g)))
-                ours.append(run(OURS, str(d), str(g)))
-            bt, ot = min(b[0] for b in base), min(o[0] for o in ours)
-            print(f"  baseline (gguf-py dequantize + numpy)  {mb / bt:8.1f} MB/s  ({bt:.2f} s, "
-                  f"peak RSS {max(b[1] for b in base) / 1e6:.0f} MB)  {base[0][2]}")
-            print(f"  ours (compare_weights, + re-quantize)  {mb / ot:8.1f} MB/s  ({ot:.2f} s, "
-                  f"peak RSS {max(o[1] for o in ours) / 1e6:.0f} MB)  {ours[0][2].replace('_', ' ')}")
-            print(f"  ratio ours/baseline {bt / ot:.2f}x  (goal >= 2x); interpreter + imports alone "
-                  f"{base_rss / 1e6:.0f} MB; largest tensor {largest / 1e6:.0f} MB bf16")
+                for name, argv in jobs.items():
+                    res[name].append(run_child(argv, env))
+            note = {"baseline": res["baseline"][0][3].split()[1]}
+            inner = {"baseline": [float(r[3].split()[0]) for r in res["baseline"]]}
+            for name in jobs:
+                if name.startswith("ours"):
+                    doc = json.loads(res[name][0][3])
+                    assert doc["verdict"] == "pass", doc["summary"]
+                    inner[name] = [float(json.loads(r[3])["seconds"]) for r in res[name]]
+                    note[name] = doc["summary"]["line"]
+            for name in jobs:
+                walls = [r[0] for r in res[name]]
+                print(f"  {name:10} wall best {min(walls):6.2f} s, median {statistics.median(walls):6.2f} s; "
+                      f"CPU best {min(r[1] for r in res[name]):6.2f} s; peak RSS {max(r[2] for r in res[name]) / MiB:5.0f} MiB; "
+                      f"in-process {min(inner[name]):6.2f} s   {note[name]}")
+            bw, ow = [r[0] for r in res["baseline"]], [r[0] for r in res["ours"]]
+            print(f"  ratio baseline/ours: best {min(bw) / min(ow):.2f}x, median "
+                  f"{statistics.median(bw) / statistics.median(ow):.2f}x   (goal >= 2x); "
+                  f"{size / 1e6 / min(ow):.0f} MB/s of checkpoint bytes")
             g.unlink()
     finally:
         if not args.keep:

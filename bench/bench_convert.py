@@ -1,33 +1,52 @@
-"""Benchmark `convert` against a plain copy of the same bytes, in one run.
+"""Benchmark `convert` against `cp` and llama.cpp's own converter: whole processes, one run.
 
-    python bench/bench_convert.py [--layers 2] [--hidden 4096] [--intermediate 12288] [--taps 5]
+    python bench/bench_convert.py [--layers 2] [--repeat 3] [--no-reference] [--keep]
 
 Generates a synthetic drafter with Qwen3-8B-DFlash shapes (bf16; 2 layers ≈ 0.95 GB, 5 layers
-≈ 2.1 GB) under bench/_work/, then measures, each in a fresh subprocess (best of --repeat):
-  - baseline: a user-space copy of model.safetensors in 16 MiB chunks (read + write, same bytes);
-  - convert bf16 → bf16 (auto), lucebox format (no tokenizer needed; the write path is the same).
-Prints throughput (MB/s of source bytes), the ratio convert/copy, and convert's peak RSS next to
-the largest tensor (targets: ratio ≥ 0.8, peak ≤ 3 × largest + 300 MB).
+≈ 2.1 GB) under bench/_work/ and a Qwen3-8B target with the real 151,936-token BPE vocabulary,
+as a Hugging Face dir and as a (vocab-only) GGUF written by llama.cpp's converter; both come from
+the test helpers (tests/target/real_vocab.py, cached under .cache/real-vocab or $DFLASH_CACHE),
+which need DFLASH_LLAMA_CPP_SRC = vendor/llama.cpp of the llama-cpp-python 0.3.36 sdist.
+
+Then runs, each as a fresh child process, interleaved round by round (so background load on a
+shared machine hits every job alike), --repeat rounds:
+  cp            `cp` of model.safetensors (GNU cp: copy_file_range, an in-kernel copy)
+  copy16        a Python read/write copy in 16 MiB chunks (user-space streaming, for scale)
+  ours-gguf     `python -m dflash_gguf convert D -o X --target-gguf T.gguf` (tokenizer KVs copied)
+  gguf-dry      the same with --dry-run (everything but the write; ours-gguf minus it = the data path)
+  ours-dir      `python -m dflash_gguf convert D -o X --target-dir T/` (vocab built from tokenizer.json)
+  llama.cpp     `convert_hf_to_gguf.py D --target-model-dir T/ --outfile X` (the vendored converter)
+Every output is deleted before its run (no unlink in the timing) and dirty pages are synced
+between runs. For each job: wall (best and median), CPU (user+sys of the child, from os.wait4)
+and peak RSS (ru_maxrss of the child; a child's starts at its parent's peak, so the inputs are
+generated in a separate child and this process stays small: the floor is printed);
+then the ratios the issue sets as goals (ours-gguf ≥ 0.8× cp, ours-dir ≥ 3× llama.cpp, peak
+≤ 3 × largest tensor + 300 MiB). Timings on a shared machine are noisy: read best and median.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
+import statistics
 import struct
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-import numpy as np
-
-WORK = Path(__file__).resolve().parent / "_work"
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+WORK = HERE / "_work"
+MiB = 1 << 20
 
 
 def write_bf16_safetensors(path: Path, tensors: dict[str, tuple[tuple[int, ...], int]], seed: int = 0) -> int:
     """Stream a bf16 safetensors file tensor by tensor (safetensors' writers need the whole dict
     in memory, and its numpy API has no bf16; the format is a JSON header + raw bytes)."""
+    import numpy as np
+
     header, offset = {}, 0
     for name, (shape, _) in sorted(tensors.items()):
         n = int(np.prod(shape)) * 2
@@ -48,6 +67,8 @@ def write_bf16_safetensors(path: Path, tensors: dict[str, tuple[tuple[int, ...],
 
 
 def make_drafter(d: Path, layers: int, H: int, I: int, taps: int, heads: int = 32, kv: int = 8, hd: int = 128) -> int:
+    import numpy as np
+
     d.mkdir(parents=True, exist_ok=True)
     t = {"fc.weight": ((H, taps * H), 1), "hidden_norm.weight": ((H,), 0), "norm.weight": ((H,), 0)}
     for i in range(layers):
@@ -68,39 +89,45 @@ def make_drafter(d: Path, layers: int, H: int, I: int, taps: int, heads: int = 3
     return max(int(np.prod(s)) * 2 for s, _ in t.values())
 
 
-# Peak RSS from VmHWM: ru_maxrss is inherited across fork+exec on Linux, so a child would
-# report the (big) parent's peak.
-HWM = "int(next(l for l in open('/proc/self/status') if l.startswith('VmHWM')).split()[1])"
+def make_target(dest: Path) -> tuple[Path, Path]:
+    """The Qwen3-8B target with its real vocabulary: (HF dir, vocab-only GGUF by llama.cpp)."""
+    sys.path.insert(0, str(ROOT))
+    from tests.target.real_targets import TARGETS
+    from tests.target.real_vocab import real_target_dir, real_target_gguf
 
-COPY = r'''
-import sys, time
-src, dst = sys.argv[1], sys.argv[2]
-t = time.perf_counter()
-with open(src, "rb", buffering=0) as f, open(dst, "wb") as g:
-    buf = bytearray(16 << 20); mv = memoryview(buf)
-    while True:
-        n = f.readinto(buf)
-        if not n: break
-        g.write(mv[:n])
-print(time.perf_counter() - t, HWM)
-'''.replace("HWM", HWM)
-
-CONVERT = r'''
-import sys, time
-from dflash_gguf.convert import convert
-t = time.perf_counter()
-convert(sys.argv[1], sys.argv[2], format="lucebox", outtype=sys.argv[3], force=True)
-print(time.perf_counter() - t, HWM)
-'''.replace("HWM", HWM)
-
-IMPORT_ONLY = f"import dflash_gguf.convert; print(0, {HWM})"
+    vocab, config, _ = TARGETS["Qwen3-8B"]
+    tdir = real_target_dir(vocab, config, dest / "Qwen3-8B")
+    return tdir, real_target_gguf(tdir, dest / "Qwen3-8B.gguf")
 
 
-def run(code: str, *args: str, fresh: Path | None = None) -> tuple[float, int]:
-    if fresh is not None:
-        fresh.unlink(missing_ok=True)  # both sides write a new file: no unlink/truncate in the timing
-    out = subprocess.run([sys.executable, "-c", code, *args], check=True, capture_output=True, text=True).stdout.split()
-    return float(out[0]), int(out[1]) * 1024
+def cpu_flags() -> str:
+    model, flags = "?", set()
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name") and model == "?":
+                model = line.split(":", 1)[1].strip()
+            elif line.startswith("flags") and not flags:
+                flags = set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    have = [f for f in ("avx2", "avx512f") if f in flags]
+    return f"{model}, {os.cpu_count()} cores, {'+'.join(have) or 'no avx2/avx512f'}"
+
+
+def run_child(argv: list[str], env: dict[str, str]) -> tuple[float, float, int]:
+    """(wall s, CPU s = user + sys, peak RSS bytes) of one child process, from os.wait4.
+    posix_spawn/vfork (subprocess's default here) gives the child no copy of this process's
+    pages, so its ru_maxrss is its own."""
+    t = time.perf_counter()
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _, status, ru = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - t
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    err = proc.stderr.read().decode(errors="replace")
+    proc.stderr.close()
+    if proc.returncode:
+        sys.exit(f"benchmark child failed ({proc.returncode}): {' '.join(argv)}\n{err[-3000:]}")
+    return wall, ru.ru_utime + ru.ru_stime, ru.ru_maxrss * 1024
 
 
 def main() -> None:
@@ -110,29 +137,93 @@ def main() -> None:
     ap.add_argument("--intermediate", type=int, default=12288)
     ap.add_argument("--taps", type=int, default=5)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--no-reference", action="store_true", help="skip llama.cpp's converter (slow: torch)")
     ap.add_argument("--keep", action="store_true", help="keep bench/_work/ afterwards")
+    ap.add_argument("--prepare", action="store_true", help=argparse.SUPPRESS)  # the generating child
     args = ap.parse_args()
+    src_env = os.environ.get("DFLASH_LLAMA_CPP_SRC")
+    if not src_env or not (Path(src_env) / "convert_hf_to_gguf.py").is_file():
+        sys.exit("set DFLASH_LLAMA_CPP_SRC to vendor/llama.cpp of the llama-cpp-python 0.3.36 sdist")
+    llama_src = Path(src_env)
 
     d = WORK / "drafter"
     t0 = time.perf_counter()
-    largest = make_drafter(d, args.layers, args.hidden, args.intermediate, args.taps)
+    if args.prepare:
+        largest = make_drafter(d, args.layers, args.hidden, args.intermediate, args.taps)
+        tdir, tgguf = make_target(WORK / "target")
+        print(json.dumps([largest, str(tdir), str(tgguf)]))
+        return
+    # Generated in a child: a child's ru_maxrss starts at its parent's peak (kept across exec),
+    # so this process stays small and the floor it leaves is printed below.
+    shutil.rmtree(WORK, ignore_errors=True)
+    prep = subprocess.run([sys.executable, __file__, "--prepare", "--layers", str(args.layers), "--hidden",
+                           str(args.hidden), "--intermediate", str(args.intermediate), "--taps", str(args.taps)],
+                          capture_output=True, text=True)
+    if prep.returncode:
+        sys.exit(f"generating the inputs failed:\n{prep.stderr[-3000:]}")
+    largest, tdir, tgguf = json.loads(prep.stdout.splitlines()[-1])
+    print(f"CPU: {cpu_flags()}; python {sys.version.split()[0]}")
     src = d / "model.safetensors"
     size = src.stat().st_size
-    print(f"synthetic drafter: {size / 1e9:.2f} GB bf16, {args.layers} layers, hidden {args.hidden}, "
-          f"largest tensor {largest / 1e6:.0f} MB (generated in {time.perf_counter() - t0:.1f} s)")
+    print(f"synthetic drafter: {size / 1e9:.2f} GB bf16, {args.layers} layers, hidden {args.hidden}, largest tensor "
+          f"{largest / MiB:.0f} MiB; target Qwen3-8B, real 151,936-token vocab (ready in {time.perf_counter() - t0:.1f} s)")
 
-    copy_t, conv = float("inf"), []
-    for _ in range(args.repeat):  # interleaved, so background load hits both alike
-        copy_t = min(copy_t, run(COPY, str(src), str(WORK / "copy.bin"), fresh=WORK / "copy.bin")[0])
-        conv.append(run(CONVERT, str(d), str(WORK / "out.gguf"), "auto", fresh=WORK / "out.gguf"))
-    conv_t, conv_rss = min(c[0] for c in conv), max(c[1] for c in conv)
-    base_rss = run(IMPORT_ONLY)[1]
-    mb = size / 1e6
-    print(f"plain copy         {mb / copy_t:8.0f} MB/s  ({copy_t:.2f} s)")
-    print(f"convert bf16→bf16  {mb / conv_t:8.0f} MB/s  ({conv_t:.2f} s)")
-    print(f"ratio convert/copy {copy_t / conv_t:.2f}x   (target ≥ 0.80x)")
-    print(f"peak RSS convert   {conv_rss / 1e6:.0f} MB (interpreter + imports alone: {base_rss / 1e6:.0f} MB); "
-          f"largest tensor {largest / 1e6:.0f} MB; budget 3×largest + 300 MB = {(3 * largest + 300e6) / 1e6:.0f} MB")
+    ours_env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
+    ref_env = {**os.environ, "PYTHONPATH": str(llama_src / "gguf-py")}
+    out = WORK / "out.gguf"
+    py = sys.executable
+    ours = [py, "-m", "dflash_gguf", "convert", str(d), "-o", str(out), "--force"]
+    copy16 = ("import sys\nwith open(sys.argv[1], 'rb', buffering=0) as f, open(sys.argv[2], 'wb') as g:\n"
+              " b = bytearray(16 << 20); m = memoryview(b)\n"
+              " while (n := f.readinto(b)): g.write(m[:n])\n")
+    jobs = {
+        "cp": (["cp", str(src), str(out)], os.environ.copy()),
+        "copy16": ([py, "-c", copy16, str(src), str(out)], os.environ.copy()),
+        "ours-gguf": ([*ours, "--target-gguf", str(tgguf)], ours_env),
+        # the same process up to the write: read, validate, plan (its wall, taken from
+        # ours-gguf's, is what writing the header and the tensor data costs)
+        "gguf-dry": ([py, "-m", "dflash_gguf", "convert", str(d), "--dry-run", "--target-gguf", str(tgguf)], ours_env),
+        "ours-dir": ([*ours, "--target-dir", str(tdir)], ours_env),
+    }
+    if not args.no_reference:
+        jobs["llama.cpp"] = ([py, str(llama_src / "convert_hf_to_gguf.py"), str(d), "--target-model-dir", str(tdir),
+                              "--outfile", str(out), "--outtype", "auto"], ref_env)
+    floor = run_child(["true"], os.environ.copy())[2]
+    print(f"RSS floor inherited from this process: {floor / MiB:.0f} MiB (no child reports less)")
+    results: dict[str, list[tuple[float, float, int]]] = {k: [] for k in jobs}
+    for r in range(args.repeat):
+        for name, (argv, env) in jobs.items():
+            out.unlink(missing_ok=True)
+            os.sync()  # flush the previous job's dirty pages: none of it lands in this job's timing
+            results[name].append(run_child(argv, env))
+        print(f"  round {r + 1}: " + ", ".join(f"{k} {v[-1][0]:.2f} s" for k, v in results.items()), flush=True)
+
+    print(f"\n{'job':10} {'wall best':>9} {'median':>7} {'CPU best':>8} {'peak RSS':>9}   MB/s (best)")
+    best = {}
+    for name, rs in results.items():
+        walls = [w for w, _, _ in rs]
+        best[name] = min(walls)
+        print(f"{name:10} {min(walls):8.2f}s {statistics.median(walls):6.2f}s {min(c for _, c, _ in rs):7.2f}s "
+              f"{max(m for _, _, m in rs) / MiB:7.0f}MiB   {size / 1e6 / min(walls):6.0f}")
+
+    def med(name: str) -> float:
+        return statistics.median(w for w, _, _ in results[name])
+
+    print(f"\nratio cp / ours-gguf        best {best['cp'] / best['ours-gguf']:.2f}x, median "
+          f"{med('cp') / med('ours-gguf'):.2f}x   (goal ≥ 0.80x)")
+    write = [a - b for (a, _, _), (b, _, _) in zip(results["ours-gguf"], results["gguf-dry"])]
+    print(f"ours-gguf minus its dry run (header + tensor data written): best {min(write):.2f} s, median "
+          f"{statistics.median(write):.2f} s -> cp / that: best {best['cp'] / max(min(write), 1e-3):.2f}x, median "
+          f"{med('cp') / max(statistics.median(write), 1e-3):.2f}x (the data path alone)")
+    print(f"ratio cp / ours-dir         best {best['cp'] / best['ours-dir']:.2f}x, median {med('cp') / med('ours-dir'):.2f}x")
+    if "llama.cpp" in best:
+        print(f"ratio llama.cpp / ours-dir  best {best['llama.cpp'] / best['ours-dir']:.2f}x, median "
+              f"{med('llama.cpp') / med('ours-dir'):.2f}x   (goal ≥ 3x)")
+    budget = 3 * largest + 300 * MiB
+    for name in ("ours-gguf", "ours-dir"):
+        peak = max(m for _, _, m in results[name])
+        print(f"peak RSS {name:9} {peak / MiB:.0f} MiB; budget 3 × largest ({largest / MiB:.0f} MiB) + 300 MiB = "
+              f"{budget / MiB:.0f} MiB: {'within' if peak <= budget else 'OVER'}")
     if not args.keep:
         shutil.rmtree(WORK)
 

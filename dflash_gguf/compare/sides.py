@@ -30,6 +30,14 @@ class _Side:
     qtype: Q
     nbytes: int
     read: Callable[[int, int], np.ndarray]  # (row0, row1) -> flat uint8 bytes of those rows
+    # the same bytes into the caller's buffer (the hot loop reuses one per thread); None: ``read``
+    read_into: Callable[[int, int, np.ndarray], np.ndarray] | None = None
+
+    def fetch(self, r0: int, r1: int, buf: np.ndarray | None) -> np.ndarray:
+        """Rows r0..r1 as flat uint8, in ``buf`` (a big enough uint8 array) where the side can."""
+        if buf is None or self.read_into is None:
+            return self.read(r0, r1)
+        return self.read_into(r0, r1, buf)
 
     @property
     def rows(self) -> int:
@@ -61,11 +69,12 @@ class _Files:
             os.close(fd)
         self._fds.clear()
 
-    def pread(self, path: Path, offset: int, n: int, what: str, error: type[DflashError]) -> np.ndarray:
+    def pread(self, path: Path, offset: int, n: int, what: str, error: type[DflashError],
+              out: np.ndarray | None = None) -> np.ndarray:
         fd = self._fds.get(path)
         if fd is None:
             fd = self._fds[path] = os.open(path, os.O_RDONLY)
-        buf = np.empty(n, dtype=np.uint8)
+        buf = np.empty(n, dtype=np.uint8) if out is None else out[:n]
         got = os.preadv(fd, [memoryview(buf)], offset) if n else 0
         if got != n:
             raise error(f"{path}: tensor {what} ends early ({got:,} of {n:,} bytes read at offset {offset:,}); "
@@ -77,19 +86,20 @@ class _Files:
         shape = t.shape or (1,)
         row_bytes = shape[-1] * DTYPE_SIZES[t.dtype]
 
-        def read(r0: int, r1: int) -> np.ndarray:
-            return self.pread(t.file, t.offset + r0 * row_bytes, (r1 - r0) * row_bytes, t.name, WeightsError)
+        def read(r0: int, r1: int, out: np.ndarray | None = None) -> np.ndarray:
+            return self.pread(t.file, t.offset + r0 * row_bytes, (r1 - r0) * row_bytes, t.name, WeightsError, out)
 
-        return _Side(t.name, shape, Q[t.dtype], t.nbytes, read)
+        return _Side(t.name, shape, Q[t.dtype], t.nbytes, read, read)
 
     def gguf_side(self, f: GGUFFile, e: TensorInfo) -> _Side:
         shape = e.shape or (1,)
         row_bytes = e.nbytes // max(math.prod(shape[:-1]), 1)
 
-        def read(r0: int, r1: int) -> np.ndarray:
-            return self.pread(f.path, e.offset_abs + r0 * row_bytes, (r1 - r0) * row_bytes, e.name, GGUFFormatError)
+        def read(r0: int, r1: int, out: np.ndarray | None = None) -> np.ndarray:
+            return self.pread(f.path, e.offset_abs + r0 * row_bytes, (r1 - r0) * row_bytes, e.name, GGUFFormatError,
+                              out)
 
-        return _Side(e.name, shape, e.ggml_type, e.nbytes, read)
+        return _Side(e.name, shape, e.ggml_type, e.nbytes, read, read)
 
 
 def neox_side(side: _Side, head_dim: int) -> _Side:
@@ -111,9 +121,20 @@ def neox_side(side: _Side, head_dim: int) -> _Side:
     return _Side(side.name, side.shape, side.qtype, side.nbytes, read)
 
 
-def _deq(raw: np.ndarray, t: Q, rows: int, cols: int) -> np.ndarray:
+def _deq(raw: np.ndarray, t: Q, rows: int, cols: int, out: np.ndarray | None = None) -> np.ndarray:
     """Bytes of ``rows`` rows -> float32 (rows, cols), with ggml's float operations (checked bit
-    for bit against gguf-py in tests/compare/test_sides.py)."""
+    for bit against gguf-py in tests/compare/test_sides.py); in ``out`` (float32, at least
+    rows x cols) where the type's path can write there."""
+    from .kernels import dequantize as fast
+
+    y = fast(raw, t, rows, cols, out)  # Q8_0 / Q4_K / Q6_K kernels, F16 by table (same bits)
+    if y is not None:
+        return y
+    if t == Q.BF16 and out is not None:  # ggml_compute_bf16_to_fp32: the 16 bits become the top half
+        u = out[:rows * cols].view(np.uint32)
+        np.copyto(u, raw.view("<u2"))
+        u <<= 16
+        return u.view(np.float32).reshape(rows, cols)
     if t == Q.Q8_0:
         # the hot quantized type, inline: half the time of gguf-py's version (which
         # dflash_gguf.quants uses) for the same y = x * d per element

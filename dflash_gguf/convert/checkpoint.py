@@ -14,7 +14,7 @@ from gguf import GGMLQuantizationType as Q
 
 from ..config import DrafterConfig, load_config
 from ..errors import TargetError, UsageError
-from ..fileio.gguf_writer import TensorOut, WriteReport, write_gguf
+from ..fileio.gguf_writer import FileSpan, TensorOut, WriteReport, write_gguf
 from ..fileio.safetensors import SourceTensor, iter_raw, read_inventory, read_raw, to_f32
 from ..formats import get_format
 from ..target.info import check_drafter_fits, load_target
@@ -139,14 +139,18 @@ def _patched(src: SourceTensor, mask: MaskEmbedding) -> Iterator[np.ndarray]:
         first += len(chunk)
 
 
-def encode(src: SourceTensor, qtype: Q, chunks: Iterable[np.ndarray] | None = None) -> Iterator[np.ndarray]:
+def encode(src: SourceTensor, qtype: Q, chunks: Iterable[np.ndarray] | None = None) -> Iterator[np.ndarray | FileSpan]:
     """Read one source tensor in row chunks (or take ``chunks`` of it, storage dtype) and
-    encode each as ``qtype``.
+    encode each as ``qtype``; a tensor kept in its own type is one ``FileSpan`` of its bytes.
 
     Every encoding here is row-local (ggml blocks never straddle rows), so chunking by rows
     gives the same bytes as encoding the whole tensor at once.
     """
-    passthrough = (qtype, src.dtype) in ((Q.BF16, "BF16"), (Q.F16, "F16"))  # identical bit layout
+    passthrough = (qtype, src.dtype) in ((Q.BF16, "BF16"), (Q.F16, "F16"), (Q.F32, "F32"))  # identical bytes
+    if passthrough and chunks is None:
+        # Stored bytes are the encoding: copied file to file by the writer (in the kernel).
+        yield FileSpan(src.file, src.offset, src.nbytes, src.name)
+        return
     quantize = None
     if not passthrough and qtype != Q.F32:
         from ..quants import quantize  # bit-exact ggml encodings (f16/bf16 included)

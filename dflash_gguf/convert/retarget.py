@@ -39,7 +39,7 @@ def retarget(
     """Rewrite a drafter GGUF into another format: keys re-spelled, tensors renamed, bytes untouched."""
     # here, not at the top: the writer imports numpy and gguf-py, and the package's __init__
     # imports this module (see there)
-    from ..fileio.gguf_writer import TensorOut, write_gguf
+    from ..fileio.gguf_writer import FileSpan, TensorOut, write_gguf
 
     to_fmt: Format = get_format(format)
     f = read_gguf(src)
@@ -58,7 +58,8 @@ def retarget(
                 f"--format {to_fmt.name} (a tensor carries another format's name; re-convert the drafter)")
         by_new[new] = t.name
         renamed.append((t.name, new))
-        tensors.append(TensorOut(new, t.shape, t.ggml_type, t.nbytes, (lambda e=t: f.raw(e))))
+        span = FileSpan(f.path, t.offset_abs, t.nbytes, t.name)  # bytes untouched: copied file to file
+        tensors.append(TensorOut(new, t.shape, t.ggml_type, t.nbytes, (lambda s=span: s)))
     if dry_run:
         return RetargetResult(from_fmt.name, to_fmt.name, arch, renamed, None)
     if out is None:

@@ -13,9 +13,15 @@ All-zero stretches of tensor data and the zero padding are skipped with a seek i
 written, and the size is set at the end: a hole reads back as zeros, so the bytes are identical,
 but a sparse input (a test corpus of multi-GB drafters stored as a header and a hole) converts in
 seconds into a file that takes almost no disk blocks.
+
+Bytes that go out unchanged (a bf16 tensor kept bf16; a retargeted GGUF's tensors) come as a
+``FileSpan`` and are copied file to file in the kernel with ``os.copy_file_range``, as ``cp``
+does: they never pass through Python, and memory stays flat. Holes and zero pieces of a span
+are skipped the same way.
 """
 from __future__ import annotations
 
+import errno
 import os
 import tempfile
 from dataclasses import dataclass
@@ -26,7 +32,8 @@ from typing import Callable, Iterable, Iterator, Sequence
 import numpy as np
 from gguf import GGMLQuantizationType, GGUFValueType, GGUFWriter
 
-from ..errors import OutputError
+from ..errors import OutputError, WeightsError
+from .kv_encode import encode_array
 from .string_array import StringArray
 from .types import KV
 
@@ -39,14 +46,26 @@ class TensorOut:
 
     ``shape`` is numpy/torch order (last axis = ggml ne0). ``produce`` returns the encoded
     data — one array, or an iterable of row chunks — whose bytes, concatenated, are the
-    tensor's ggml encoding (typed F32/F16 arrays or raw uint8 block bytes).
+    tensor's ggml encoding (typed F32/F16 arrays or raw uint8 block bytes); a ``FileSpan``
+    may stand for a run of those bytes that a file already holds.
     """
 
     name: str
     shape: tuple[int, ...]
     ggml_type: GGMLQuantizationType
     nbytes: int
-    produce: Callable[[], "np.ndarray | Iterable[np.ndarray]"]
+    produce: Callable[[], "np.ndarray | FileSpan | Iterable[np.ndarray | FileSpan]"]
+
+
+@dataclass(frozen=True)
+class FileSpan:
+    """Bytes ``[offset, offset + nbytes)`` of the file at ``path``, written unchanged: what a
+    producer yields instead of an array when a tensor's encoding is its stored bytes."""
+
+    path: Path
+    offset: int
+    nbytes: int
+    name: str = ""  # the tensor, for messages
 
 
 @dataclass(frozen=True)
@@ -100,7 +119,7 @@ def write_gguf(
                 writer.data_alignment = int(kv.value)
             if kv.type == GGUFValueType.ARRAY:
                 # A StringArray read from a file is copied as its stored bytes (tokens need not be UTF-8).
-                items = kv.value.raw_items() if isinstance(kv.value, StringArray) else list(kv.value)
+                items = kv.value if isinstance(kv.value, StringArray) else list(kv.value)
                 writer.add_key_value(kv.key, items, kv.type, sub_type=kv.sub_type)
             else:
                 writer.add_key_value(kv.key, kv.value, kv.type)
@@ -133,18 +152,23 @@ def write_gguf(
 
 class _Writer(GGUFWriter):
     """GGUFWriter that also writes an empty array with a known item type (gguf-py refuses any empty
-    array, but GGUF and llama.cpp allow it, and a file we copy may hold one)."""
+    array, but GGUF and llama.cpp allow it, and a file we copy may hold one), and packs big arrays
+    (a vocabulary) in bulk instead of item by item (``kv_encode``: the same bytes)."""
 
     def _pack_val(self, val, vtype, add_vtype, sub_type=None):
-        if vtype == GGUFValueType.ARRAY and sub_type is not None and len(val) == 0:
+        if vtype == GGUFValueType.ARRAY and sub_type is not None:
             head = self._pack("I", vtype) if add_vtype else b""
-            return head + self._pack("I", sub_type) + self._pack("Q", 0)
+            if len(val) == 0:
+                return head + self._pack("I", sub_type) + self._pack("Q", 0)
+            body = encode_array(val, sub_type)
+            if body is not None:
+                return head + body
         return super()._pack_val(val, vtype, add_vtype, sub_type)
 
 
 def _chunks(t: TensorOut) -> Iterator[np.ndarray]:
     data = t.produce()
-    if isinstance(data, np.ndarray):
+    if isinstance(data, (np.ndarray, FileSpan)):
         yield data
     else:
         yield from data
@@ -175,6 +199,11 @@ def _write_data(fout, tensors: Sequence[TensorOut], align: int, progress: Progre
                 if written[i] != t.nbytes:
                     raise AssertionError(f"{t.name}: produced {written[i]} bytes, planned {t.nbytes}")
                 _pad(fout, t.nbytes, align)
+                continue
+            if isinstance(chunk, FileSpan):
+                _copy_span(fout, chunk, progress)
+                written[i] += chunk.nbytes
+                total += chunk.nbytes
                 continue
             buf = memoryview(np.ascontiguousarray(chunk)).cast("B")
             _write_sparse(fout, buf)
@@ -211,6 +240,72 @@ def _write_sparse(fout, buf: memoryview) -> None:
             run = end
         start = end
     _write_all(fout, buf[run:])
+
+
+# copy_file_range calls of at most this many bytes (progress is reported after each).
+COPY_BYTES = 32 << 20
+# Errors that mean "no kernel copy between these two files" (an old kernel, two filesystems it
+# will not copy across, a filesystem without it): copy through user space instead.
+_NO_KERNEL_COPY = {errno.EXDEV, errno.ENOSYS, errno.EOPNOTSUPP, errno.EINVAL, errno.EPERM, errno.EBADF}
+_kernel_copy = hasattr(os, "copy_file_range")
+
+
+def _copy_span(fout, span: FileSpan, progress: Progress | None) -> None:
+    """Copy ``span`` to the current position of ``fout``, seeking over each piece that is a hole
+    or all zeros in the source (pieces cut at the same output offsets as ``_write_sparse``)."""
+    from .safetensors import _in_hole
+
+    with open(span.path, "rb", buffering=0) as src:
+        fd = src.fileno()
+        size = os.fstat(fd).st_size
+        start, end = span.offset, span.offset + span.nbytes
+        if end > size:
+            raise WeightsError(f"{span.path}: tensor {span.name} needs bytes up to {end:,} but the file ends at "
+                               f"{size:,} (truncated? re-fetch the file)")
+        shift = fout.tell() - start  # output offset - source offset
+        run = a = start  # run: the first byte not yet written
+        while a < end:
+            b = min(end, a + HOLE_BYTES - (a + shift) % HOLE_BYTES)
+            if _in_hole(fd, a, b - a, size) or _all_zero(fd, a, b):
+                _copy_range(fout, fd, run, a, span, progress)
+                fout.seek(b - a, os.SEEK_CUR)
+                if progress is not None:
+                    progress(b - a)
+                run = b
+            a = b
+        _copy_range(fout, fd, run, end, span, progress)
+
+
+def _all_zero(fd: int, a: int, b: int) -> bool:
+    # Dense data almost never starts or ends with a zero byte: two 1-byte reads, no scan.
+    if os.pread(fd, 1, a) != b"\0" or os.pread(fd, 1, b - 1) != b"\0":
+        return False
+    return not np.count_nonzero(np.frombuffer(os.pread(fd, b - a, a), dtype=np.uint8))
+
+
+def _copy_range(fout, fd: int, a: int, b: int, span: FileSpan, progress: Progress | None) -> None:
+    """Source bytes ``[a, b)`` to ``fout``'s position: in the kernel where it can, else read+write."""
+    global _kernel_copy
+    while a < b:
+        n = min(b - a, COPY_BYTES)
+        got = 0
+        if _kernel_copy:
+            try:
+                got = os.copy_file_range(fd, fout.fileno(), n, a)
+            except OSError as exc:
+                if exc.errno not in _NO_KERNEL_COPY:
+                    raise
+                _kernel_copy = False  # and this range goes the user-space way below
+        if not _kernel_copy:
+            data = os.pread(fd, n, a)
+            _write_all(fout, memoryview(data))
+            got = len(data)
+        if got == 0:
+            raise WeightsError(f"{span.path}: tensor {span.name} ends early at byte {a:,} (the file shrank while "
+                               "it was copied); re-fetch it")
+        a += got
+        if progress is not None:
+            progress(got)
 
 
 def _write_all(fout, buf: memoryview) -> None:

@@ -35,6 +35,16 @@ class StringArray(Sequence[str]):
         """Every item exactly as stored."""
         return [self.item_bytes(i) for i in range(len(self))]
 
+    def encoded(self) -> bytes:
+        """The items as a GGUF file stores them (each a u64 length, then its bytes): what a
+        writer copies to write the same array again, with no per-item work."""
+        return self._raw
+
+    def exact(self) -> "ExactStringArray":
+        """The same items, each a ``str`` where it is valid UTF-8 and its stored ``bytes``
+        where it is not (no U+FFFD stand-ins); no copy of the bytes is made."""
+        return ExactStringArray(self._raw, self._starts)
+
     def _item(self, i: int) -> str:
         return self.item_bytes(i).decode("utf-8", errors="replace")
 
@@ -87,3 +97,20 @@ class StringArray(Sequence[str]):
 
     def __repr__(self) -> str:
         return f"StringArray({len(self)} items)"
+
+
+class ExactStringArray(StringArray):
+    """A ``StringArray`` whose items are ``str``, or ``bytes`` where not valid UTF-8: the values
+    a copied tokenizer key must keep (see ``StringArray.exact``)."""
+
+    __slots__ = ()
+
+    def _item(self, i: int) -> str | bytes:  # type: ignore[override]
+        b = self.item_bytes(i)
+        try:
+            return b.decode("utf-8")
+        except UnicodeDecodeError:
+            return b
+
+    def __repr__(self) -> str:
+        return f"ExactStringArray({len(self)} items)"

@@ -144,7 +144,7 @@ def _llama_vocab(d: Path, vocab_size: int) -> HFVocab:
     if (d / "tokenizer.model").is_file():
         vocab = _spm_vocab(d, vocab_size)
     else:
-        tj_path = d / "tokenizer.json"
+        tj_path, tj = d / "tokenizer.json", None
         if tj_path.is_file():
             tj = read_json(tj_path)
             m = tj.get("model") if isinstance(tj, dict) else None
@@ -158,7 +158,7 @@ def _llama_vocab(d: Path, vocab_size: int) -> HFVocab:
                     f"{d}: SentencePiece-style tokenizer.json without tokenizer.model (llama.cpp's LlamaHfVocab path) "
                     f"is not reproduced here; add the target's tokenizer.model, or {HINT}"
                 )
-        vocab = _bpe_vocab(d, vocab_size)
+        vocab = _bpe_vocab(d, vocab_size, tj)  # parsed once: a Llama 3 tokenizer.json is ~9 MB
     return vocab._replace(kvs=head + vocab.kvs)
 
 
@@ -240,7 +240,8 @@ def _spm_vocab(d: Path, vocab_size: int) -> HFVocab:
 
 # --- GPT-2-style BPE: _set_vocab_gpt2 / get_vocab_base ---------------------------------------
 
-def _bpe_vocab(d: Path, vocab_size: int) -> HFVocab:
+def _bpe_vocab(d: Path, vocab_size: int, tj: Any = None) -> HFVocab:
+    """``tj``: tokenizer.json when the caller has parsed it already."""
     tj_path = d / "tokenizer.json"
     if not tj_path.is_file():
         have = [n for n in ("vocab.json", "merges.txt", "tokenizer.model", "tiktoken.model") if (d / n).is_file()]
@@ -250,7 +251,8 @@ def _bpe_vocab(d: Path, vocab_size: int) -> HFVocab:
             f"download them with the model, or {HINT}"
         )
     Tokenizer = _import_tokenizers(d)
-    tj = read_json(tj_path)
+    if tj is None:
+        tj = read_json(tj_path)
     try:
         tok = Tokenizer.from_file(str(tj_path))
     except Exception as exc:  # tokenizers raises bare Exception subclasses for bad files
@@ -262,14 +264,14 @@ def _bpe_vocab(d: Path, vocab_size: int) -> HFVocab:
     tc = tokenizer_config(d)
     notes: list[str] = []
 
-    vocab = tok.get_vocab(with_added_tokens=True)
+    decoder = tok.get_added_tokens_decoder()  # id -> AddedToken
+    vocab = _full_vocab(tok, tj, decoder)
     if not vocab:
         raise TargetError(f"{tj_path}: empty vocabulary; {HINT}")
     if max(vocab.values()) >= vocab_size:
         raise TargetError(
             f"{tj_path}: token id {max(vocab.values())} is past config.json vocab_size {vocab_size}; fix the config, or {HINT}"
         )
-    decoder = tok.get_added_tokens_decoder()  # id -> AddedToken
     _check_added_tokens_agree(d, tc, decoder, vocab)
     added_by_text = {at.content: i for i, at in decoder.items()}
     reverse = {i: t for t, i in vocab.items()}
@@ -321,6 +323,22 @@ def _bpe_vocab(d: Path, vocab_size: int) -> HFVocab:
     if not any(kv.key == K_MERGES for kv in kvs):
         raise TargetError(f"{d}: BPE tokenizer without merges (tokenizer.json model.merges / merges.txt); {HINT}")
     return HFVocab(kvs, "gpt2", pre, pre_src, notes)
+
+
+def _full_vocab(tok, tj: Any, decoder: dict) -> dict[str, int]:
+    """``tok.get_vocab(with_added_tokens=True)`` (what transformers hands llama.cpp), without the
+    ~0.3 s it takes to rebuild a 150k-entry dict in Rust: a BPE model's vocabulary is
+    ``tokenizer.json``'s ``model.vocab`` as parsed (the tokenizers library keeps that map), and
+    the added tokens are laid over it with the ids the library gave them (``decoder``), as its
+    ``get_vocab`` does. Any other model kind asks the library."""
+    model = tj.get("model") if isinstance(tj, dict) else None
+    base = model.get("vocab") if isinstance(model, dict) and model.get("type") == "BPE" else None
+    if not isinstance(base, dict) or not all(type(i) is int for i in base.values()):
+        return tok.get_vocab(with_added_tokens=True)
+    vocab = dict(base)
+    for i, at in decoder.items():
+        vocab[at.content] = i
+    return vocab
 
 
 def _check_added_tokens_agree(d: Path, tc: dict | None, decoder: dict, vocab: dict) -> None:

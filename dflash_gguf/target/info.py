@@ -122,16 +122,16 @@ def target_from_gguf(path: str | Path) -> TargetInfo:
         if f.type == T.ARRAY:
             if f.sub_type == T.ARRAY:
                 raise TargetError(f"{p}: {key} is a nested array, which no llama.cpp tokenizer key uses; re-convert the target")
-            values = list(f.value)
-            if f.sub_type == T.STRING and any("\ufffd" in v for v in values):
-                raw_needed.append(key)
+            # A string array stays the stored bytes (a 150k-token vocabulary is not decoded
+            # here; the writer copies the bytes); its items read as str, or bytes where invalid.
+            values = f.value.exact() if isinstance(f.value, StringArray) else list(f.value)
             kvs.append(KV(key, values, T.ARRAY, f.sub_type))
         else:
             if f.type == T.STRING and "\ufffd" in f.value:
                 raw_needed.append(key)
             kvs.append(KV(key, f.value, f.type))
     if raw_needed:
-        # The header reader decodes strings with replacement characters; U+FFFD may be
+        # The header reader decodes scalar strings with replacement characters; U+FFFD may be
         # genuine or a stand-in for invalid UTF-8, so re-read those keys' raw bytes.
         raw = _raw_strings(header, raw_needed)
         kvs = [KV(kv.key, raw[kv.key], kv.type, kv.sub_type) if kv.key in raw else kv for kv in kvs]
@@ -173,20 +173,14 @@ def target_from_gguf(path: str | Path) -> TargetInfo:
 
 
 def _raw_strings(header: GGUFHeader, keys: Iterable[str]) -> dict[str, Any]:
-    """Values of string / string-array keys with undecodable bytes kept as ``bytes``."""
-    def item(b: bytes) -> str | bytes:
-        try:
-            return b.decode("utf-8")
-        except UnicodeDecodeError:
-            return b
-
+    """Values of scalar string keys, kept as ``bytes`` where they are not valid UTF-8."""
     out: dict[str, Any] = {}
     for key in keys:
-        f = header.kv[key]
-        if isinstance(f.value, StringArray):
-            out[key] = [item(b) for b in f.value.raw_items()]
-        else:
-            out[key] = item(raw_string(header.path, f))
+        b = raw_string(header.path, header.kv[key])
+        try:
+            out[key] = b.decode("utf-8")
+        except UnicodeDecodeError:
+            out[key] = b
     return out
 
 

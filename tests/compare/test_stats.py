@@ -112,3 +112,47 @@ def test_partly_damaged_tensor_uses_the_whole_norm(converted, tmp_path, monkeypa
     assert rows.cosine == pytest.approx(whole.cosine, rel=1e-6) and rows.max_abs == whole.max_abs
     assert rows.max_abs_index == whole.max_abs_index
     assert whole.max_abs_index[0] == 0 and whole.max_abs_index[1] in ((45, 46) if outtype == "auto" else range(84, 88))
+
+
+@pytest.mark.parametrize("outtype", ["f16", "q8_0"])
+def test_nonfinite_checkpoint_value_is_named_by_the_quantizer(converted, tmp_path, outtype):
+    """A checkpoint inf cannot be re-encoded (ggml refuses it): the F16 table path hands it to
+    the quantizer, whose error names the tensor and index, as the quantized path does."""
+    import shutil
+
+    from dflash_gguf.fileio.safetensors import read_inventory
+
+    src = converted("qwen3-flat", "llama.cpp", outtype)
+    d = tmp_path / "ckpt"
+    shutil.copytree(DRAFTERS / "qwen3-flat", d)
+    t = next(t for t in read_inventory(d) if t.name.endswith("layers.0.mlp.up_proj.weight"))
+    assert t.dtype == "BF16"
+    with open(t.file, "r+b") as f:  # bf16 +inf at element [1, 3]
+        f.seek(t.offset + 2 * (t.shape[1] + 3))
+        f.write(b"\x80\x7f")
+    r = compare_weights(d, src)
+    row = failing(r)
+    assert list(row) == ["blk.0.ffn_up.weight"]
+    bad = row["blk.0.ffn_up.weight"]
+    assert "source-nonfinite" in bad.flags and "non-finite value (inf) at index (1, 3)" in bad.detail
+
+
+def test_scratch_buffers_are_reused_per_thread_and_grow():
+    """The chunk loop's buffers: the same memory chunk after chunk (no page faults per chunk),
+    grown when a bigger chunk comes, and never shared between worker threads."""
+    import threading
+
+    from dflash_gguf.compare.stats import _Scratch
+
+    sc = _Scratch()
+    a = sc.get("x", 100, np.float32)
+    assert a.dtype == np.float32 and a.size == 100
+    b = sc.get("x", 50, np.float32)
+    assert np.shares_memory(a, b) and b.size == 50
+    c = sc.get("x", 1000, np.float32)
+    assert c.size == 1000 and sc.get("x", 10).size == 10 and not np.shares_memory(sc.get("y", 10), c)
+    other = {}
+    t = threading.Thread(target=lambda: other.setdefault("x", sc.get("x", 10, np.float32)))
+    t.start()
+    t.join()
+    assert not np.shares_memory(other["x"], c)

@@ -366,3 +366,63 @@ def test_mrope_target_dir_reads_text_config(cli, tmp_path):
         code, _, se = cli("convert", DRAFTERS / "qwen3-flat", "--target-dir", d, "-o", out)
         assert code == 0, se
         assert (SECTIONS in kvs(out)) is want, name
+
+
+@pytest.mark.parametrize("dry_run", [False, True])
+def test_target_vocab_is_built_once_per_conversion(cli, tmp_path, monkeypatch, dry_run):
+    """--target-dir: the vocabulary is built in one place (plan_conversion's load_target) and
+    passed along as a value; tokenizer.json is loaded by the tokenizers library once and parsed
+    by Python once."""
+    from dflash_gguf.target import hf_files, hf_vocab, info, special_vocab
+
+    calls = {"vocab": 0, "from_file": 0, "tokenizer.json": 0}
+    real_vocab, real_import, real_read = info.vocab_from_hf_dir, hf_vocab._import_tokenizers, hf_files.read_json
+
+    def vocab(*a, **k):
+        calls["vocab"] += 1
+        return real_vocab(*a, **k)
+
+    def importer(d):
+        Tokenizer = real_import(d)
+
+        class Counting:
+            @staticmethod
+            def from_file(path):
+                calls["from_file"] += 1
+                return Tokenizer.from_file(path)
+        return Counting
+
+    def read_json(path):
+        calls[path.name] = calls.get(path.name, 0) + 1
+        return real_read(path)
+
+    monkeypatch.setattr(info, "vocab_from_hf_dir", vocab)
+    monkeypatch.setattr(hf_vocab, "_import_tokenizers", importer)
+    for mod in (hf_vocab, special_vocab):
+        monkeypatch.setattr(mod, "read_json", read_json)
+    out = tmp_path / "o.gguf"
+    args = ["--dry-run"] if dry_run else ["-o", out]
+    code, _, se = cli("convert", DRAFTERS / "qwen3-flat", "--target-dir", QWEN_DIR, *args)
+    assert code == 0, se
+    assert calls["vocab"] == calls["from_file"] == calls["tokenizer.json"] == 1, calls
+    assert out.exists() is not dry_run
+
+
+def test_kept_types_are_copied_as_stored_bytes():
+    """A tensor kept in its own type is one FileSpan of its stored bytes (the writer copies it
+    file to file); a converted one is encoded in row chunks."""
+    from gguf import GGMLQuantizationType as Q
+
+    from dflash_gguf.convert.checkpoint import encode
+    from dflash_gguf.fileio.gguf_writer import FileSpan
+    from dflash_gguf.fileio.safetensors import read_inventory, read_raw
+
+    src = next(t for t in read_inventory(DRAFTERS / "qwen3-flat") if len(t.shape) == 2)
+    kept = {"BF16": Q.BF16, "F16": Q.F16, "F32": Q.F32}[src.dtype]
+    assert list(encode(src, kept)) == [FileSpan(src.file, src.offset, src.nbytes, src.name)]
+    other = Q.F32 if kept != Q.F32 else Q.F16
+    chunks = list(encode(src, other))
+    assert chunks and all(isinstance(c, np.ndarray) for c in chunks)
+    # given row chunks (a transform), the kept type passes them through unchanged
+    raw = read_raw(src)
+    assert [c.tobytes() for c in encode(src, kept, [raw])] == [raw.tobytes()]

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 from gguf import GGMLQuantizationType, GGUFWriter
 
-from dflash_gguf.errors import OutputError
+from dflash_gguf.errors import OutputError, WeightsError
 from dflash_gguf.fileio import gguf_writer
-from dflash_gguf.fileio.gguf_writer import TensorOut, write_gguf
+from dflash_gguf.fileio.gguf_writer import FileSpan, TensorOut, write_gguf
 from dflash_gguf.fileio.types import kv_str, kv_u32
 from gguf import GGMLQuantizationType as Q
 from gguf import GGUFReader
@@ -155,3 +155,70 @@ def test_i64_tensor_round_trips(tmp_path):
     f = read_gguf(out)
     assert {e.name: (e.ggml_type, e.shape, e.nbytes) for e in f.tensors}["d2t"] == (Q.I64, (4,), 32)
     assert np.frombuffer(f.raw(f.tensors[1]).tobytes(), "<i8").tolist() == ids.tolist()
+
+
+# --- FileSpan: stored bytes copied file to file ---------------------------------------------
+
+def span_tensors(tmp_path: Path, arrays: dict[str, np.ndarray]) -> list[TensorOut]:
+    """The arrays stored back to back in one source file (at odd offsets), each written as a
+    FileSpan of its bytes."""
+    src = tmp_path / "source.bin"
+    spans, pos = [], 13
+    with open(src, "wb") as f:
+        f.write(b"\x07" * pos)
+        for name, a in arrays.items():
+            f.write(a.tobytes())
+            spans.append((name, a, pos))
+            pos += a.nbytes
+    return [TensorOut(n, a.shape, F32, a.nbytes, (lambda s=FileSpan(src, at, a.nbytes, n): s)) for n, a, at in spans]
+
+
+@pytest.mark.parametrize("kernel", [True, False], ids=["copy_file_range", "read-write"])
+def test_file_spans_write_the_same_bytes(tmp_path, monkeypatch, kernel):
+    monkeypatch.setattr(gguf_writer, "HOLE_BYTES", 4096)
+    monkeypatch.setattr(gguf_writer, "COPY_BYTES", 10_000)  # many calls per span
+    monkeypatch.setattr(gguf_writer, "_kernel_copy", kernel and hasattr(os, "copy_file_range"))
+    arrays = mixed_tensors()
+    ours, seen = tmp_path / "ours.gguf", []
+    report = write_gguf(ours, "test", KVS, span_tensors(tmp_path, arrays), progress=seen.append)
+    assert ours.read_bytes() == plain_gguf(tmp_path / "plain.gguf", arrays)
+    assert sum(seen) == report.tensor_bytes == sum(a.nbytes for a in arrays.values())
+
+
+def test_no_kernel_copy_falls_back_to_read_write(tmp_path, monkeypatch):
+    import errno
+
+    def refuse(*args, **kwargs):
+        raise OSError(errno.EXDEV, "cross-device")
+    monkeypatch.setattr(os, "copy_file_range", refuse, raising=False)
+    monkeypatch.setattr(gguf_writer, "_kernel_copy", True)
+    arrays = mixed_tensors()
+    ours = tmp_path / "ours.gguf"
+    write_gguf(ours, "test", KVS, span_tensors(tmp_path, arrays))
+    assert ours.read_bytes() == plain_gguf(tmp_path / "plain.gguf", arrays)
+    assert gguf_writer._kernel_copy is False  # asked once, not once per range
+
+
+def test_zero_pieces_and_holes_of_a_span_stay_holes(sparse_fs):
+    src = sparse_fs / "sparse.bin"
+    with open(src, "wb") as f:
+        f.write(np.ones(1 << 18, np.float32).tobytes())  # 1 MiB of data, then
+        f.write(bytes(8 << 20))                           # 8 MiB of written zeros, then
+        f.truncate(f.tell() + (64 << 20))                 # a 64 MiB hole
+    n = src.stat().st_size
+    out = sparse_fs / "o.gguf"
+    write_gguf(out, "test", KVS, [TensorOut("s", (n // 4,), F32, n, lambda: FileSpan(src, 0, n, "s"))])
+    # the data's two 1 MiB output pieces (it starts after the header) and the header's block(s)
+    assert (1 << 20) <= allocated(out) <= (2 << 20) + (64 << 10)
+    with open(out, "rb") as f:
+        f.seek(-n, os.SEEK_END)
+        assert f.read(1 << 20) == np.ones(1 << 18, np.float32).tobytes() and not any(f.read())
+
+
+def test_span_past_the_end_of_its_file_is_a_weights_error(tmp_path):
+    src = tmp_path / "short.bin"
+    src.write_bytes(bytes(100))
+    out = tmp_path / "o.gguf"
+    with pytest.raises(WeightsError, match="short.bin: tensor s needs bytes up to 132"):
+        write_gguf(out, "test", KVS, [TensorOut("s", (32,), F32, 128, lambda: FileSpan(src, 4, 128, "s"))])
+    assert not out.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["short.bin"]

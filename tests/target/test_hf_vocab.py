@@ -286,3 +286,21 @@ def read_header_tokens(path: Path):
     from dflash_gguf.fileio.gguf_header import read_header
 
     return read_header(path).get("tokenizer.ggml.tokens")
+
+
+@needs_libs
+def test_full_vocab_is_the_libraries_get_vocab(tmp_path):
+    """The vocabulary built from tokenizer.json's model.vocab plus the added tokens equals what
+    the tokenizers library returns (what transformers hands llama.cpp), ids of added tokens
+    included; a non-BPE model asks the library."""
+    from tokenizers import Tokenizer
+
+    from dflash_gguf.target.hf_vocab import _full_vocab
+
+    path = QWEN_TOK / "tokenizer.json"
+    tok, tj = Tokenizer.from_file(str(path)), json.loads(path.read_text(encoding="utf-8"))
+    want = tok.get_vocab(with_added_tokens=True)
+    assert _full_vocab(tok, tj, tok.get_added_tokens_decoder()) == want
+    assert len(want) > len(tj["model"]["vocab"])  # added tokens are in it
+    wordlevel = {"model": {"type": "WordLevel", "vocab": {"x": 0}}}
+    assert _full_vocab(tok, wordlevel, tok.get_added_tokens_decoder()) == want  # asked, not rebuilt

@@ -187,3 +187,18 @@ def test_real_vocab_gguf_copied_exactly(tmp_path, name):
     assert header_tokenizer_fields(out) == header_tokenizer_fields(src)
     if name == "llama-spm":  # small enough for gguf-py's reader as an independent check
         assert read_tokenizer_kvs(out) == read_tokenizer_kvs(src)
+
+
+def test_from_gguf_keeps_string_arrays_as_their_stored_bytes(tmp_path):
+    """A 150k-token vocabulary is not decoded into a list: the copy is a view of the bytes the
+    header reader holds, which the writer copies as they are."""
+    from dflash_gguf.fileio.gguf_header import read_header
+    from dflash_gguf.fileio.string_array import StringArray
+
+    src = tmp_path / "target.gguf"
+    _write_target_gguf(src)
+    info = target_from_gguf(src)
+    for key in ("tokenizer.ggml.tokens", "tokenizer.ggml.merges"):
+        value = info.get(key)
+        assert isinstance(value, StringArray), key
+        assert value.same_as(read_header(src).kv[key].value), key

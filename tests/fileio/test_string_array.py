@@ -1,0 +1,34 @@
+"""StringArray: stored bytes kept, items decoded on access; the exact view keeps invalid UTF-8 as bytes."""
+from __future__ import annotations
+
+import struct
+from array import array
+
+from dflash_gguf.fileio.string_array import ExactStringArray, StringArray
+
+ITEMS = [b"<unk>", "b\ufffdc".encode(), b"\xff\xfe-raw", b"", "\u00e9".encode()]
+
+
+def make(items: list[bytes]) -> StringArray:
+    raw, starts = b"", array("q")
+    for b in items:
+        raw += struct.pack("<Q", len(b))
+        starts.append(len(raw))
+        raw += b
+    return StringArray(raw, starts)
+
+
+def test_encoded_is_the_stored_array_body():
+    a = make(ITEMS)
+    assert a.encoded() == b"".join(struct.pack("<Q", len(b)) + b for b in ITEMS)
+
+
+def test_exact_items_are_str_or_the_invalid_bytes():
+    a = make(ITEMS)
+    e = a.exact()
+    assert isinstance(e, ExactStringArray) and isinstance(e, StringArray) and len(e) == len(a)
+    assert list(e) == ["<unk>", "b\ufffdc", b"\xff\xfe-raw", "", "\u00e9"]
+    assert list(a)[2] == "\ufffd\ufffd-raw"  # the plain view replaces what it cannot decode
+    assert e[1:3] == ["b\ufffdc", b"\xff\xfe-raw"] and e[-1] == "\u00e9"
+    assert e.encoded() == a.encoded() and e.same_as(a)  # a view: the same bytes, not a copy
+    assert e.index("\u00e9") == 4 and "<unk>" in e
