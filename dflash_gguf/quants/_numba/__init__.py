@@ -25,8 +25,9 @@ AVAILABLE = numba is not None
 #: Set to 0 (or false/no/off) to force the numpy path.
 ENV_VAR = "DFLASH_GGUF_NUMBA"
 
-# Kernel name (BlockQuant.numba_kernel) -> the module defining it; Q5_K shares Q4_K's fit.
-_MODULES = {"q8_0": "q8_0", "q4_k": "q4_k", "q5_k": "q4_k", "q6_k": "q6_k"}
+# Kernel name (BlockQuant.numba_kernel, or a helper) -> the module defining it; Q5_K shares
+# Q4_K's fit; ``bf16_to_f32`` decodes a GGUF's BF16 input (quants/gguf_file.py).
+_MODULES = {"q8_0": "q8_0", "q4_k": "q4_k", "q5_k": "q4_k", "q6_k": "q6_k", "bf16_to_f32": "decode"}
 
 
 def _wanted(value: str | None) -> bool:
@@ -55,8 +56,8 @@ def set_enabled(flag: bool) -> bool:
 
 
 def kernel(name: str):
-    """The compiled kernel ``name`` (``"q8_0"``, ``"q4_k"``, ``"q5_k"``, ``"q6_k"``), importing
-    its module on first use.
+    """The compiled kernel ``name`` (``"q8_0"``, ``"q4_k"``, ``"q5_k"``, ``"q6_k"``,
+    ``"bf16_to_f32"``), importing its module on first use.
 
     Raises:
         KeyError: no kernel of that name.
