@@ -28,6 +28,7 @@ general.quantization_version last, see tests/quants/test_gguf_file.py).
 from __future__ import annotations
 
 import argparse
+import filecmp
 import json
 import os
 import platform
@@ -233,6 +234,8 @@ def main() -> None:
     ap.add_argument("--llama-quantize", default=shutil.which("llama-quantize"),
                     help="a llama-quantize binary (default: on PATH; else llama_model_quantize via llama-cpp-python)")
     ap.add_argument("--no-reference", action="store_true", help="ours only")
+    ap.add_argument("--baseline", type=Path, default=None,
+                    help="another checkout of dflash-gguf (e.g. a `git archive` of main) to run alongside, alternated")
     ap.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "dflash-bench-quantize")
     args = ap.parse_args()
 
@@ -256,21 +259,22 @@ def main() -> None:
     print(f"input: {src} ({src.stat().st_size / 1e9:.2f} GB, {n_values / 1e6:.0f} M values); reference: {ref_kind}")
 
     base_env = {k: v for k, v in os.environ.items() if k != "DFLASH_GGUF_NUMBA"}
-    base_env["PYTHONPATH"] = str(ROOT) + os.pathsep + base_env.get("PYTHONPATH", "")
-    # an older checkout without `quantize --threads` always used every core: only that row is comparable
-    has_threads = "--threads" in subprocess.run([sys.executable, "-m", "dflash_gguf", "quantize", "--help"], env=base_env,
-                                                cwd=ROOT, capture_output=True, text=True).stdout
-    if not has_threads:
-        print(f"note: this checkout's quantize has no --threads option; ours always runs on {all_cores} threads")
+    checkouts = [("ours", ROOT)] + ([("baseline", args.baseline.resolve())] if args.baseline else [])
     jobs = []  # (label, ftype, threads, argv, env, out)
     for ft in ftypes:
         for n in threads:
-            for b in backends if has_threads or n == all_cores else ():
-                env = dict(base_env, DFLASH_GGUF_NUMBA="1" if b == "numba" else "0")
-                out = args.work / f"ours-{b}-{ft}-{n}.gguf"
-                argv = [sys.executable, "-m", "dflash_gguf", "quantize", str(src), str(out), ft, "--force",
-                        *(["--threads", str(n)] if has_threads else [])]
-                jobs.append((f"ours {b}", ft, n, argv, env, out))
+            for who, root in checkouts:
+                env_root = dict(base_env, PYTHONPATH=str(root) + os.pathsep + base_env.get("PYTHONPATH", ""))
+                # a checkout without `quantize --threads` always used every core: only that row is comparable
+                has_threads = "--threads" in subprocess.run(
+                    [sys.executable, "-m", "dflash_gguf", "quantize", "--help"], env=env_root, cwd=root,
+                    capture_output=True, text=True).stdout
+                for b in backends if has_threads or n == all_cores else ():
+                    env = dict(env_root, DFLASH_GGUF_NUMBA="1" if b == "numba" else "0")
+                    out = args.work / f"{who}-{b}-{ft}-{n}.gguf"
+                    argv = [sys.executable, "-m", "dflash_gguf", "quantize", str(src), str(out), ft, "--force",
+                            *(["--threads", str(n)] if has_threads else [])]
+                    jobs.append((f"{who} {b}", ft, n, argv, env, out))
             if not args.no_reference:
                 out = args.work / f"ref-{ft}-{n}.gguf"
                 if args.llama_quantize:
@@ -278,12 +282,15 @@ def main() -> None:
                 else:
                     argv = [sys.executable, "-c", LLAMA_QUANTIZE_PY, str(src), str(out), str(FTYPE_IDS[ft]), str(n)]
                 jobs.append(("llama.cpp", ft, n, argv, dict(base_env), out))
+    if not args.no_reference and not args.llama_quantize:
+        print("(llama_model_quantize runs with nthread = the thread count; no llama-quantize binary on PATH)")
 
     # untimed: numba's kernels compiled into (or loaded from) its cache, and the input read once into
     # the page cache, so no job pays for either
     if "numba" in backends:
-        env = dict(base_env, DFLASH_GGUF_NUMBA="1")
-        run_child([sys.executable, "-c", WARM_NUMBA], env, args.work / "warmup.log")
+        for who, root in checkouts:
+            env = dict(base_env, DFLASH_GGUF_NUMBA="1", PYTHONPATH=str(root))
+            run_child([sys.executable, "-c", WARM_NUMBA], env, args.work / "warmup.log")
     with open(src, "rb") as f:
         while f.read(16 << 20):
             pass
@@ -299,7 +306,7 @@ def main() -> None:
 
     print(f"\nwhole process, {args.repeat} alternated runs each; wall and CPU: best / median; peak RSS: max "
           f"(shared {all_cores}-core machine: noisy)")
-    print(f"{'job':16s} {'ftype':7s} {'thr':>3s} {'wall best':>10s} {'median':>8s} {'CPU best':>9s} {'median':>8s} "
+    print(f"{'job':17s} {'ftype':7s} {'thr':>3s} {'wall best':>10s} {'median':>8s} {'CPU best':>9s} {'median':>8s} "
           f"{'peak RSS':>9s} {'vs llama.cpp':>12s}  bytes")
     ref_of = {(ft, n): i for i, (label, ft, n, *_r) in enumerate(jobs) if label == "llama.cpp"}
     for i, (label, ft, n, argv, env, out) in enumerate(jobs):
@@ -309,10 +316,10 @@ def main() -> None:
         j = ref_of.get((ft, n))
         if j is not None and j != i:
             ratio = f"{min(x[0] for x in results[j]) / min(walls):.2f}x"
-            same = "identical" if out.read_bytes() == jobs[j][5].read_bytes() else "DIFFER"
+            same = "identical" if filecmp.cmp(out, jobs[j][5], shallow=False) else "DIFFER"
         elif j == i:
             ratio = "1.00x"
-        print(f"{label:16s} {ft:7s} {n:3d} {min(walls):9.2f}s {statistics.median(walls):7.2f}s {min(cpus):8.2f}s "
+        print(f"{label:17s} {ft:7s} {n:3d} {min(walls):9.2f}s {statistics.median(walls):7.2f}s {min(cpus):8.2f}s "
               f"{statistics.median(cpus):7.2f}s {rss:7.0f}Mi {ratio:>12s}  {same}")
     print("vs llama.cpp: reference best wall / ours best wall (>1: ours faster); bytes: whole output file vs the "
           "reference's")
