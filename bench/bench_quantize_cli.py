@@ -189,11 +189,12 @@ with open(sys.argv[1], "w") as f:
 
 
 def run_child(argv: list[str], env: dict[str, str], log: Path) -> tuple[float, float, float]:
-    """(wall s, CPU s (user + sys), peak RSS MiB) of one child process, from its own rusage."""
+    """(wall s, CPU s (user + sys), peak RSS MiB) of one child process, from its own rusage. It runs
+    in the log's directory, so `python -m` imports the checkout PYTHONPATH names, not the cwd's."""
     stats = log.with_suffix(".json")
     with open(log, "wb") as f:
         subprocess.run([sys.executable, "-S", "-c", WRAPPER, str(stats), *argv], env=env, stdout=f,
-                       stderr=subprocess.STDOUT, cwd=ROOT, check=True)
+                       stderr=subprocess.STDOUT, cwd=log.parent, check=True)
     r = json.loads(stats.read_text())
     if r["code"] != 0:
         sys.exit(f"{' '.join(argv)} failed ({r['code']}):\n{log.read_text(errors='replace')[-3000:]}")
