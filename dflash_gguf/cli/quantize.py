@@ -19,6 +19,8 @@ def quantize_cmd(
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the per-tensor plan; write nothing.")] = False,
     json_out: Annotated[bool, typer.Option("--json", help="Print machine-readable JSON on stdout.")] = False,
     force: Annotated[bool, typer.Option("--force", help="Overwrite DST if it exists.")] = False,
+    threads: Annotated[Optional[int], typer.Option("--threads", help="Worker threads (default: all usable cores); "
+                                                  "the output is the same for any count.")] = None,
 ) -> None:
     """Quantize a GGUF to Q8_0 or Q4_K_M with llama-quantize's per-tensor plan; bytes equal ggml's.
 
@@ -30,13 +32,14 @@ def quantize_cmd(
 
     if dst is None and not dry_run:
         raise typer.BadParameter("missing OUT path (or pass --dry-run)", param_hint="DST")
-    plan = quantize_gguf(src, None, ftype, allow_requantize=allow_requantize, dry_run=True)
+    plan = quantize_gguf(src, None, ftype, allow_requantize=allow_requantize, dry_run=True, threads=threads)
     if dry_run:
         result = plan
     else:
         total = sum(t.nbytes for t in plan.tensors)
         with byte_progress(total, f"quantizing → {dst.name}", enabled=not json_out) as advance:
-            result = quantize_gguf(src, dst, ftype, allow_requantize=allow_requantize, force=force, progress=advance)
+            result = quantize_gguf(src, dst, ftype, allow_requantize=allow_requantize, force=force, progress=advance,
+                                   threads=threads)
     if json_out:
         print_json(result.to_json())
         return

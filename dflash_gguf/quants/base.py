@@ -184,15 +184,40 @@ class BlockQuant:
         raise NotImplementedError
 
     @classmethod
-    def _quantize(cls, blocks: np.ndarray) -> np.ndarray:
-        """The numba kernel while numba is enabled, else ``quantize_blocks``."""
+    def _kernel(cls):
+        """The compiled kernel while numba is enabled and this type has one, else None."""
         if cls.numba_kernel is not None:
             from . import _numba  # here, not at import: importing numba costs ~0.3 s
 
             if _numba.enabled():
-                return _numba.run(_numba.kernel(cls.numba_kernel), blocks)
+                return _numba.kernel(cls.numba_kernel)
+        return None
+
+    @classmethod
+    def _quantize(cls, blocks: np.ndarray) -> np.ndarray:
+        """The numba kernel while numba is enabled, else ``quantize_blocks``."""
+        kernel = cls._kernel()
+        if kernel is not None:
+            from . import _numba
+
+            return _numba.run(kernel, blocks)
         with np.errstate(all="ignore"):  # C's inf/NaN intermediates are reproduced, not warned about
             return cls.quantize_blocks(blocks)
+
+    @classmethod
+    def quantize_finite(cls, x: np.ndarray) -> np.ndarray:
+        """Finite float32 values, C order, a whole number of blocks -> ``(n_blocks, type_size)``
+        uint8. The caller has refused NaN/inf. One kernel call with numba (its working set is a
+        few lanes whatever the size); ``chunk_values`` at a time on the numpy path, whose
+        temporaries then stay in L2."""
+        blocks = x.reshape(-1, cls.block_size)
+        step = blocks.shape[0] if cls._kernel() is not None else max(1, cls.chunk_values // cls.block_size)
+        if blocks.shape[0] <= step:
+            return cls._quantize_checked(blocks)
+        out = np.empty((blocks.shape[0], cls.type_size), np.uint8)
+        for i in range(0, blocks.shape[0], step):
+            out[i : i + step] = cls._quantize_checked(blocks[i : i + step])
+        return out
 
     @classmethod
     def _quantize_checked(cls, blocks: np.ndarray) -> np.ndarray:

@@ -1,23 +1,39 @@
 """GGUF → quantized GGUF with llama-quantize's layout: its per-tensor types, its tensor order,
-its KV order; every tensor streamed in row chunks through the bit-exact quantizers.
-The layout itself (types, order, KVs) is ``layout.requantize_layout``, shared with ``convert``.
+its KV order, with the bit-exact quantizers. The layout itself (types, order, KVs) is
+``layout.requantize_layout``, shared with ``convert``.
+
+Streaming on ``threads`` workers: every tensor is cut into tasks of whole rows (about
+``TASK_VALUES`` values, or ``COPY_BYTES`` for a tensor copied as is). A task reads its own input
+bytes (positional reads, no memory map: mapped pages would stay resident for the whole run),
+decodes them to float32, refuses NaN/inf and quantizes; the writer takes the results in file
+order. At most ``2 * threads + 1`` tasks are under way, across tensor boundaries, so the workers
+never wait for a tensor's last task and peak memory is a few tasks' buffers, not a tensor or the
+model. The bytes do not depend on the thread count or the task size: every ggml quantizer is
+block-local, and tasks split at whole rows.
 """
 from __future__ import annotations
 
+import os
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from math import prod
 from pathlib import Path
 from typing import Callable, Iterator
 
 import numpy as np
+from gguf import GGMLQuantizationType as Q
 
-from ..errors import UsageError
+from ..errors import GGUFFormatError, OutputError, QuantizationError, UsageError
 from ..fileio.gguf_reader import GGUFFile, read_gguf
-from ..fileio.types import TensorInfo
 from ..fileio.gguf_writer import TensorOut, WriteReport, write_gguf
-from ..fileio.types import KV
+from ..fileio.types import KV, TensorInfo
 from .layout import QuantEntry, requantize_layout
 
-CHUNK_BYTES = 16 << 20
+#: Input values per quantization task (whole rows; one row when a row is longer).
+TASK_VALUES = 1 << 20
+#: Bytes per task of a tensor copied untouched.
+COPY_BYTES = 4 << 20
 
 
 @dataclass(frozen=True)
@@ -46,8 +62,18 @@ def quantize_gguf(
     force: bool = False,
     dry_run: bool = False,
     progress: Callable[[int], None] | None = None,
+    threads: int | None = None,
 ) -> QuantizeResult:
-    """Quantize a GGUF (any architecture; F32/F16/BF16 tensors) like llama-quantize does."""
+    """Quantize a GGUF (any architecture; F32/F16/BF16 tensors) like llama-quantize does.
+
+    ``threads``: worker threads (default: the CPUs this process may use); the bytes are the
+    same for any count.
+
+    Raises:
+        UsageError: ``threads`` < 1, no output path, or the output is the input.
+    """
+    if threads is not None and (isinstance(threads, bool) or int(threads) < 1):
+        raise UsageError(f"--threads must be at least 1 (got {threads})")
     f = read_gguf(src)
     kvs, entries = requantize_layout(list(f.kvs.values()), [(t.name, t.shape, t.ggml_type) for t in f.tensors],
                                      ftype, allow_requantize=allow_requantize, where=str(src))
@@ -57,26 +83,125 @@ def quantize_gguf(
         raise UsageError("quantize needs an output path (or --dry-run)")
     if Path(out).resolve() == Path(src).resolve():
         raise UsageError("quantize would overwrite its input; choose another output path")
+    from . import default_threads
+
     by_name = {t.name: t for t in f.tensors}
-    outs = [TensorOut(e.name, e.shape, e.ggml_type, e.nbytes, (lambda e=e: _requantize(f, by_name[e.name], e)))
-            for e in entries]
-    report = write_gguf(out, f.arch, kvs, outs, force=force, progress=progress)
+    with _Pipeline(f, default_threads() if threads is None else int(threads)) as pipe:
+        outs = [TensorOut(e.name, e.shape, e.ggml_type, e.nbytes, pipe.add(by_name[e.name], e)) for e in entries]
+        report = write_gguf(out, f.arch, kvs, outs, force=force, progress=progress)
     return QuantizeResult(ftype, kvs, entries, report)
 
 
-def _requantize(f: GGUFFile, t: TensorInfo, e: QuantEntry) -> Iterator[np.ndarray]:
-    if t.nbytes == 0:  # a zero-element tensor (some ne is 0): no data, no chunk
-        return
-    raw = f.raw(t)
-    if not e.quantized:
-        yield raw  # same type: bytes untouched
-        return
-    from . import dequantize, quantize
+class _Pipeline:
+    """The tasks of every tensor in file order, run on a thread pool a bounded window ahead of
+    the writer, which takes each tensor's results through the producer ``add`` returned."""
 
-    rows = int(np.prod(t.shape[:-1])) if len(t.shape) > 1 else 1
+    def __init__(self, f: GGUFFile, threads: int) -> None:
+        self.file = f
+        self.threads = threads
+        self.window = 2 * threads + 1
+        self.tasks: list[tuple[int, Callable[[], np.ndarray]]] = []  # (tensor number, work)
+        self.n_tensors = 0
+        self.submitted = 0
+        self.running: deque[tuple[int, Future]] = deque()
+        self.fd: int | None = None
+        self.pool: ThreadPoolExecutor | None = None
+
+    def __enter__(self) -> _Pipeline:
+        try:
+            self.fd = os.open(self.file.path, os.O_RDONLY)
+        except OSError as exc:
+            raise OutputError(f"{self.file.path}: cannot read it ({exc.strerror})") from None
+        self.pool = ThreadPoolExecutor(max_workers=self.threads, thread_name_prefix="quantize")
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for _, fut in self.running:  # after an error: drop what has not started
+            fut.cancel()
+        self.pool.shutdown(wait=True)  # no worker may read the descriptor once it is closed
+        os.close(self.fd)
+
+    def add(self, t: TensorInfo, e: QuantEntry) -> Callable[[], Iterator[np.ndarray]]:
+        """Queue tensor ``t``'s tasks (to become ``e``); returns its producer for the writer."""
+        number, self.n_tensors = self.n_tensors, self.n_tensors + 1
+        work = list(_tasks(self, t, e))
+        self.tasks += [(number, w) for w in work]
+        return lambda: self._take(number, len(work))
+
+    def _take(self, number: int, count: int) -> Iterator[np.ndarray]:
+        for _ in range(count):
+            while self.submitted < len(self.tasks) and len(self.running) < self.window:
+                n, work = self.tasks[self.submitted]
+                self.running.append((n, self.pool.submit(work)))
+                self.submitted += 1
+            n, fut = self.running.popleft()
+            assert n == number, (n, number)  # the writer takes the tensors in the order they were added
+            yield fut.result()
+
+    def read(self, t: TensorInfo, start: int, size: int) -> np.ndarray:
+        """``size`` bytes of tensor ``t``'s data from byte ``start``, into a new buffer."""
+        buf = np.empty(size, np.uint8)
+        view, pos = memoryview(buf), t.offset_abs + start
+        while view.nbytes:
+            n = os.preadv(self.fd, [view], pos)
+            if n == 0:
+                raise GGUFFormatError(
+                    f"{self.file.path}: tensor {t.name} needs bytes up to {t.end:,} but the file ends at {pos:,} "
+                    "(it changed while being read; re-run on a stable copy)")
+            view, pos = view[n:], pos + n
+        return buf
+
+
+def _tasks(pipe: _Pipeline, t: TensorInfo, e: QuantEntry) -> Iterator[Callable[[], np.ndarray]]:
+    if t.nbytes == 0:  # a zero-element tensor (some ne is 0): no data, no task
+        return
+    if not e.quantized:  # same type: bytes copied untouched
+        for start in range(0, t.nbytes, COPY_BYTES):
+            yield lambda start=start: pipe.read(t, start, min(COPY_BYTES, t.nbytes - start))
+        return
+    from .base import registered
+
+    cls = registered().get(e.ggml_type)
+    if cls is None:
+        raise QuantizationError(f"quantizing to {e.ggml_type.name} is not supported")
+    ncols = t.shape[-1]
+    rows = prod(t.shape[:-1])
     row_bytes = t.nbytes // rows
-    step = max(1, CHUNK_BYTES // max(row_bytes, 1))
+    step = max(1, TASK_VALUES // ncols)
     for r0 in range(0, rows, step):
         n = min(step, rows - r0)
-        chunk = raw[r0 * row_bytes:(r0 + n) * row_bytes]
-        yield quantize(dequantize(chunk, t.ggml_type, (n, t.shape[-1])), e.ggml_type, name=t.name)
+
+        def work(r0: int = r0, n: int = n) -> np.ndarray:
+            x = _decode(pipe.read(t, r0 * row_bytes, n * row_bytes), t, r0, n)
+            return cls.quantize_finite(x).reshape(-1)
+
+        yield work
+
+
+def _decode(raw: np.ndarray, t: TensorInfo, r0: int, n: int) -> np.ndarray:
+    """Rows ``r0 .. r0 + n`` of ``t`` from their bytes to finite float32 (ggml's own
+    conversions); NaN/inf is refused with its index in the whole tensor."""
+    from . import _numba
+    from .base import _first_nonfinite, _nonfinite_error
+
+    if t.ggml_type == Q.BF16 and _numba.enabled():
+        x = np.empty(raw.size // 2, np.float32)
+        bad = _numba.kernel("bf16_to_f32")(raw.view("<u2"), x.view(np.uint32))
+        bad = None if bad < 0 else int(bad)
+    else:
+        if t.ggml_type == Q.BF16:  # ggml_compute_bf16_to_fp32: the 16 bits become the top half
+            u = raw.view("<u2").astype(np.uint32)
+            u <<= 16
+            x = u.view(np.float32)
+        elif t.ggml_type == Q.F32:
+            x = raw.view("<f4")
+        elif t.ggml_type == Q.F16:
+            x = raw.view("<f2").astype(np.float32)
+        else:  # an already-quantized input (--allow-requantize)
+            from . import dequantize
+
+            x = dequantize(raw, t.ggml_type, (n, t.shape[-1])).reshape(-1)
+        bad = _first_nonfinite(x)
+    if bad is not None:
+        raise _nonfinite_error(t.name, t.shape, r0 * t.shape[-1] + bad, float(x[bad]))
+    return x

@@ -1,10 +1,12 @@
 """quantize (GGUF → GGUF) and convert --outtype q8_0/q4_k_m, end to end on real files."""
 import json
+import os
 import subprocess
 import sys
 
 import numpy as np
 import pytest
+from gguf import GGMLQuantizationType as Q_
 from gguf import GGUFReader, GGUFWriter
 
 from dflash_gguf.formats import FORMATS
@@ -286,3 +288,143 @@ def test_dspark_whole_files_equal_real_llama_quantize_and_load(cli, dspark, tmp_
     for ours, ref in pairs:
         assert ours.read_bytes() == ref.read_bytes(), ours.name
     assert set(load_many([o for o, _ in pairs]).values()) == {"LOADED"}
+
+
+# --- streaming on a thread pool: the bytes do not depend on threads or task size ----------------
+def odd_gguf(path, nan_at=None):
+    """Rows that split unevenly into tasks, one tensor per source type and several target types:
+    ffn_up BF16 -> Q4_K, ffn_down F16 -> Q6_K (use_more_bits), attn_q F32 ne0 = 96 -> Q5_0
+    (Q4_K fallback), attn_v BF16 (37 rows) -> Q6_K, a norm copied as F32."""
+    rng = np.random.default_rng(3)
+    bf16 = lambda a: ((a.view(np.uint32) + 0x8000) >> 16).astype(np.uint16)  # noqa: E731
+    m = lambda r, c: (rng.standard_normal((r, c), dtype=np.float32) * 0.02)  # noqa: E731
+    up = m(37, 512)
+    if nan_at is not None:
+        up[nan_at] = np.nan
+    w = GGUFWriter(path, "llama")
+    w.add_uint32("llama.block_count", 1)
+    w.add_tensor("blk.0.ffn_up.weight", bf16(up), raw_dtype=Q_.BF16)
+    w.add_tensor("blk.0.ffn_down.weight", m(29, 768).astype(np.float16))
+    w.add_tensor("blk.0.attn_q.weight", m(41, 96))
+    w.add_tensor("blk.0.attn_v.weight", bf16(m(37, 256)), raw_dtype=Q_.BF16)
+    w.add_tensor("blk.0.attn_norm.weight", 1 + m(1, 1000)[0])
+    w.write_header_to_file(); w.write_kv_data_to_file(); w.write_tensors_to_file(); w.close()
+    return path
+
+
+def reference_bytes(src, ftype):
+    """Each tensor quantized whole through the public array API (one call, its own threads)."""
+    from dflash_gguf.quants import dequantize, quantize
+    from dflash_gguf.quants.gguf_file import quantize_gguf
+
+    plan = {e.name: e for e in quantize_gguf(src, None, ftype, dry_run=True).tensors}
+    r = GGUFReader(src)
+    out = {}
+    for t in r.tensors:
+        e = plan[t.name]
+        raw = np.asarray(t.data).view(np.uint8).reshape(-1)
+        x = dequantize(raw, e.src_type, e.shape)
+        out[t.name] = quantize(x, e.ggml_type).reshape(-1).tobytes() if e.quantized else raw.tobytes()
+    return out
+
+
+@pytest.mark.parametrize("ftype", ["q4_k_m", "q8_0"])
+@pytest.mark.parametrize("backend", ["numba", "numpy"])
+def test_threads_and_task_size_do_not_change_bytes(tmp_path, monkeypatch, backend, ftype):
+    from dflash_gguf.quants import _numba, gguf_file
+    from dflash_gguf.quants.gguf_file import quantize_gguf
+
+    if backend == "numba" and not _numba.AVAILABLE:
+        pytest.skip("numba is not installed")
+    prev = _numba.set_enabled(backend == "numba")
+    try:
+        src = odd_gguf(tmp_path / "odd.gguf")
+        quantize_gguf(src, tmp_path / "one.gguf", ftype, threads=1)
+        want = (tmp_path / "one.gguf").read_bytes()
+        got = {t.name: bytes(t.data.tobytes()) for t in GGUFReader(tmp_path / "one.gguf").tensors}
+        assert got == reference_bytes(src, ftype)
+        # tasks of 3 rows (a remainder of 1 row in every tensor), 1 KiB copy pieces
+        monkeypatch.setattr(gguf_file, "TASK_VALUES", 3 * 512)
+        monkeypatch.setattr(gguf_file, "COPY_BYTES", 1024)
+        for n in (1, 2, 3):
+            quantize_gguf(src, tmp_path / f"t{n}.gguf", ftype, threads=n)
+            assert (tmp_path / f"t{n}.gguf").read_bytes() == want, n
+    finally:
+        _numba.set_enabled(prev)
+
+
+def test_tensors_stream_in_bounded_tasks(tmp_path, monkeypatch):
+    """Each task reads at most TASK_VALUES values (whole rows; one row when a row is longer), big
+    tensors take several tasks, and no more than the window of tasks is ever under way."""
+    from dflash_gguf.quants import gguf_file
+    from dflash_gguf.quants.gguf_file import _Pipeline, quantize_gguf
+
+    reads, most_running = [], [0]
+    real_read, real_take = _Pipeline.read, _Pipeline._take
+
+    def read(self, t, start, size):
+        reads.append((t.name, size))
+        return real_read(self, t, start, size)
+
+    def take(self, number, count):
+        for chunk in real_take(self, number, count):
+            most_running[0] = max(most_running[0], len(self.running) + 1)
+            assert len(self.running) < self.window
+            yield chunk
+
+    monkeypatch.setattr(_Pipeline, "read", read)
+    monkeypatch.setattr(_Pipeline, "_take", take)
+    monkeypatch.setattr(gguf_file, "TASK_VALUES", 1000)  # < one 768-value row x 2: one row per task there
+    monkeypatch.setattr(gguf_file, "COPY_BYTES", 1000)
+    src = odd_gguf(tmp_path / "odd.gguf")
+    quantize_gguf(src, tmp_path / "q.gguf", "q4_k_m", threads=2)
+    by = {}
+    for name, size in reads:
+        by.setdefault(name, []).append(size)
+    assert by["blk.0.ffn_up.weight"] == [512 * 2] * 37  # one BF16 row (2 bytes a value) per task
+    assert by["blk.0.ffn_down.weight"] == [768 * 2] * 29  # a row longer than TASK_VALUES: one per task
+    assert by["blk.0.attn_q.weight"] == [10 * 96 * 4] * 4 + [96 * 4]  # F32, 10 rows per task
+    assert by["blk.0.attn_norm.weight"] == [1000] * 4  # copied in COPY_BYTES pieces
+    assert 2 < most_running[0] <= 5  # the window (2 * threads + 1) filled, never exceeded
+
+
+def test_non_finite_index_is_in_the_whole_tensor(tmp_path, monkeypatch):
+    from dflash_gguf.errors import QuantizationError
+    from dflash_gguf.quants import _numba, gguf_file
+    from dflash_gguf.quants.gguf_file import quantize_gguf
+
+    src = odd_gguf(tmp_path / "nan.gguf", nan_at=(20, 7))
+    monkeypatch.setattr(gguf_file, "TASK_VALUES", 3 * 512)  # row 20 is in the 7th task
+    for use_numba in ([False, True] if _numba.AVAILABLE else [False]):
+        prev = _numba.set_enabled(use_numba)
+        try:
+            with pytest.raises(QuantizationError, match=r"blk\.0\.ffn_up\.weight.*\(20, 7\)"):
+                quantize_gguf(src, tmp_path / "x.gguf", "q4_k_m", threads=2)
+        finally:
+            _numba.set_enabled(prev)
+        assert not (tmp_path / "x.gguf").exists()
+
+
+@pytest.mark.parametrize("threads", [0, -2, True])
+def test_threads_must_be_positive(tmp_path, threads):
+    from dflash_gguf.errors import UsageError
+    from dflash_gguf.quants.gguf_file import quantize_gguf
+
+    src = odd_gguf(tmp_path / "odd.gguf")
+    with pytest.raises(UsageError, match="--threads must be at least 1"):
+        quantize_gguf(src, tmp_path / "x.gguf", "q8_0", threads=threads)
+
+
+def test_input_that_shrinks_while_read_is_a_format_error(tmp_path):
+    from dflash_gguf.errors import GGUFFormatError
+    from dflash_gguf.fileio.gguf_reader import read_gguf
+    from dflash_gguf.quants.gguf_file import _Pipeline
+
+    src = odd_gguf(tmp_path / "odd.gguf")
+    f = read_gguf(src)
+    t = f.tensors[-1]
+    with _Pipeline(f, 1) as pipe:
+        assert pipe.read(t, 0, 8).size == 8
+        os.truncate(src, t.offset_abs + 4)
+        with pytest.raises(GGUFFormatError, match=f"tensor {t.name} needs bytes up to"):
+            pipe.read(t, 0, 8)

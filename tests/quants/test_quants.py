@@ -233,6 +233,23 @@ def test_numba_fp16_conversion_matches_numpy():
 
 
 @pytest.mark.skipif(not _numba.AVAILABLE, reason="numba is not installed")
+def test_numba_bf16_decode_every_pattern():
+    # quants/gguf_file.py's BF16 input path: every one of the 2^16 patterns becomes the top half
+    # of its float32, and the first inf/NaN (exponent all ones) is found wherever it is.
+    decode = _numba.kernel("bf16_to_f32")
+    h = np.arange(1 << 16, dtype=np.uint16)
+    finite = h[(h & 0x7F80) != 0x7F80]
+    x = np.empty(finite.size, np.float32)
+    assert decode(finite, x.view(np.uint32)) == -1
+    assert np.array_equal(x.view(np.uint32), finite.astype(np.uint32) << 16)
+    assert np.array_equal(x, dequantize(finite.view(np.uint8), "bf16", finite.shape).view(np.float32))
+    for bad in (0x7F80, 0xFF80, 0x7FC0, 0xFFFF, 0x7F81):
+        y = finite[:5000].copy()
+        y[4321], y[4900] = bad, 0x7F80
+        assert decode(y, np.empty(y.size, np.uint32)) == 4321
+
+
+@pytest.mark.skipif(not _numba.AVAILABLE, reason="numba is not installed")
 @pytest.mark.parametrize("kernel", sorted(NUMBA_KERNELS.values()))
 def test_numba_kernels_compile_to_plain_float32(kernel):
     # What makes the kernels bit-exact besides their source: no float64 anywhere (a Python float

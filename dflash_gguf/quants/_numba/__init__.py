@@ -1,7 +1,7 @@
-"""Optional compiled kernels (numba) for Q8_0, Q4_K, Q5_K and Q6_K: the numpy path's bytes, faster.
+"""Compiled kernels (numba) for Q8_0, Q4_K, Q5_K and Q6_K: the numpy path's bytes, faster.
 
-Used automatically when numba is importable; ``DFLASH_GGUF_NUMBA=0`` (or :func:`set_enabled`)
-forces the numpy path. Each kernel maps ``(n_blocks, block_size)`` C-contiguous float32 to
+numba is a dependency; the kernels are used whenever it imports. ``DFLASH_GGUF_NUMBA=0`` (or
+:func:`set_enabled`) forces the numpy path, which is also what runs where numba cannot be imported. Each kernel maps ``(n_blocks, block_size)`` C-contiguous float32 to
 ``(n_blocks, type_size)`` uint8 and mirrors ggml-quants.c's ``quantize_row_*_ref`` operation by
 operation. :mod:`.common` holds what makes them bit-exact; one module per type family holds the
 kernels, imported by :func:`kernel` on first use. ``BlockQuant`` (quants/base.py) picks between
@@ -15,7 +15,7 @@ import os
 
 import numpy as np
 
-try:  # numba is optional (the ``fast`` extra)
+try:  # a dependency, but the numpy path must keep working without it
     import numba
 except ImportError:  # pragma: no cover - exercised where numba is absent
     numba = None
@@ -25,8 +25,9 @@ AVAILABLE = numba is not None
 #: Set to 0 (or false/no/off) to force the numpy path.
 ENV_VAR = "DFLASH_GGUF_NUMBA"
 
-# Kernel name (BlockQuant.numba_kernel) -> the module defining it; Q5_K shares Q4_K's fit.
-_MODULES = {"q8_0": "q8_0", "q4_k": "q4_k", "q5_k": "q4_k", "q6_k": "q6_k"}
+# Kernel name (BlockQuant.numba_kernel, or a helper) -> the module defining it; Q5_K shares
+# Q4_K's fit; ``bf16_to_f32`` decodes a GGUF's BF16 input (quants/gguf_file.py).
+_MODULES = {"q8_0": "q8_0", "q4_k": "q4_k", "q5_k": "q4_k", "q6_k": "q6_k", "bf16_to_f32": "decode"}
 
 
 def _wanted(value: str | None) -> bool:
@@ -49,14 +50,14 @@ def set_enabled(flag: bool) -> bool:
     """
     global _enabled
     if flag and not AVAILABLE:
-        raise RuntimeError("numba is not installed (pip install 'dflash-gguf[fast]')")
+        raise RuntimeError("numba is not installed (pip install numba==0.68.1)")
     prev, _enabled = _enabled, bool(flag)
     return prev
 
 
 def kernel(name: str):
-    """The compiled kernel ``name`` (``"q8_0"``, ``"q4_k"``, ``"q5_k"``, ``"q6_k"``), importing
-    its module on first use.
+    """The compiled kernel ``name`` (``"q8_0"``, ``"q4_k"``, ``"q5_k"``, ``"q6_k"``,
+    ``"bf16_to_f32"``), importing its module on first use.
 
     Raises:
         KeyError: no kernel of that name.

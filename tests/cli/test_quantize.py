@@ -1,0 +1,33 @@
+"""`quantize`'s command line: --threads."""
+from __future__ import annotations
+
+import pytest
+
+from tests.quants.test_gguf_file import odd_gguf
+
+
+@pytest.mark.parametrize("value", ["0", "-1"])
+def test_threads_below_one_is_a_usage_error(cli, tmp_path, value):
+    src = odd_gguf(tmp_path / "odd.gguf")
+    code, so, se = cli("quantize", src, tmp_path / "x.gguf", "q4_k_m", "--threads", value)
+    assert code == 2
+    assert se.strip().splitlines() == [f"error: --threads must be at least 1 (got {value})"]
+    assert not (tmp_path / "x.gguf").exists()
+
+
+def test_threads_not_a_number_is_refused(cli, tmp_path):
+    code, _, se = cli("quantize", tmp_path / "in.gguf", tmp_path / "x.gguf", "q8_0", "--threads", "two")
+    assert code == 2 and "--threads" in se
+
+
+def test_any_thread_count_writes_the_same_file(cli, tmp_path):
+    src = odd_gguf(tmp_path / "odd.gguf")
+    outs = []
+    for n in ("1", "3"):
+        out = tmp_path / f"q{n}.gguf"
+        code, _, se = cli("quantize", src, out, "q4_k_m", "--threads", n)
+        assert code == 0, se
+        outs.append(out.read_bytes())
+    default = tmp_path / "default.gguf"
+    assert cli("quantize", src, default, "q4_k_m")[0] == 0
+    assert outs[0] == outs[1] == default.read_bytes()
