@@ -14,6 +14,7 @@ block-local, and tasks split at whole rows.
 from __future__ import annotations
 
 import os
+import threading
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -106,6 +107,7 @@ class _Pipeline:
         self.running: deque[tuple[int, Future]] = deque()
         self.fd: int | None = None
         self.pool: ThreadPoolExecutor | None = None
+        self.local = threading.local()  # per worker: scratch buffers
 
     def __enter__(self) -> _Pipeline:
         try:
@@ -138,9 +140,10 @@ class _Pipeline:
             assert n == number, (n, number)  # the writer takes the tensors in the order they were added
             yield fut.result()
 
-    def read(self, t: TensorInfo, start: int, size: int) -> np.ndarray:
-        """``size`` bytes of tensor ``t``'s data from byte ``start``, into a new buffer."""
-        buf = np.empty(size, np.uint8)
+    def read(self, t: TensorInfo, start: int, size: int, into: np.ndarray | None = None) -> np.ndarray:
+        """``size`` bytes of tensor ``t``'s data from byte ``start``: into ``into[:size]`` (uint8),
+        or a new buffer."""
+        buf = np.empty(size, np.uint8) if into is None else into[:size]
         view, pos = memoryview(buf), t.offset_abs + start
         while view.nbytes:
             n = os.preadv(self.fd, [view], pos)
@@ -150,6 +153,16 @@ class _Pipeline:
                     "(it changed while being read; re-run on a stable copy)")
             view, pos = view[n:], pos + n
         return buf
+
+    def scratch(self, name: str, nbytes: int) -> np.ndarray:
+        """This worker thread's reusable uint8 buffer ``name``, at least ``nbytes`` long. A fresh
+        multi-MiB buffer per task is page-faulted in and unmapped again each time (kernel time that
+        grows with the thread count); the inputs of a task never outlive it, so they can reuse."""
+        bufs = self.local.__dict__
+        buf = bufs.get(name)
+        if buf is None or buf.size < nbytes:
+            buf = bufs[name] = np.empty(nbytes, np.uint8)
+        return buf[:nbytes]
 
 
 def _tasks(pipe: _Pipeline, t: TensorInfo, e: QuantEntry) -> Iterator[Callable[[], np.ndarray]]:
@@ -172,31 +185,32 @@ def _tasks(pipe: _Pipeline, t: TensorInfo, e: QuantEntry) -> Iterator[Callable[[
         n = min(step, rows - r0)
 
         def work(r0: int = r0, n: int = n) -> np.ndarray:
-            x = _decode(pipe.read(t, r0 * row_bytes, n * row_bytes), t, r0, n)
+            raw = pipe.read(t, r0 * row_bytes, n * row_bytes, into=pipe.scratch("raw", n * row_bytes))
+            x = _decode(raw, t, r0, n, pipe.scratch("f32", n * ncols * 4).view(np.float32))
             return cls.quantize_finite(x).reshape(-1)
 
         yield work
 
 
-def _decode(raw: np.ndarray, t: TensorInfo, r0: int, n: int) -> np.ndarray:
-    """Rows ``r0 .. r0 + n`` of ``t`` from their bytes to finite float32 (ggml's own
-    conversions); NaN/inf is refused with its index in the whole tensor."""
+def _decode(raw: np.ndarray, t: TensorInfo, r0: int, n: int, out: np.ndarray) -> np.ndarray:
+    """Rows ``r0 .. r0 + n`` of ``t`` from their bytes to finite float32 (ggml's own conversions),
+    in ``out`` (or in ``raw`` itself for F32); NaN/inf is refused with its index in the whole tensor."""
     from . import _numba
     from .base import _first_nonfinite, _nonfinite_error
 
     if t.ggml_type == Q.BF16 and _numba.enabled():
-        x = np.empty(raw.size // 2, np.float32)
+        x = out
         bad = _numba.kernel("bf16_to_f32")(raw.view("<u2"), x.view(np.uint32))
         bad = None if bad < 0 else int(bad)
     else:
         if t.ggml_type == Q.BF16:  # ggml_compute_bf16_to_fp32: the 16 bits become the top half
-            u = raw.view("<u2").astype(np.uint32)
-            u <<= 16
-            x = u.view(np.float32)
+            x = out
+            np.left_shift(raw.view("<u2"), np.uint32(16), out=x.view(np.uint32), dtype=np.uint32)
         elif t.ggml_type == Q.F32:
             x = raw.view("<f4")
         elif t.ggml_type == Q.F16:
-            x = raw.view("<f2").astype(np.float32)
+            x = out
+            np.copyto(x, raw.view("<f2"))
         else:  # an already-quantized input (--allow-requantize)
             from . import dequantize
 

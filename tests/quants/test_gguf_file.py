@@ -362,9 +362,9 @@ def test_tensors_stream_in_bounded_tasks(tmp_path, monkeypatch):
     reads, most_running = [], [0]
     real_read, real_take = _Pipeline.read, _Pipeline._take
 
-    def read(self, t, start, size):
+    def read(self, t, start, size, into=None):
         reads.append((t.name, size))
-        return real_read(self, t, start, size)
+        return real_read(self, t, start, size, into)
 
     def take(self, number, count):
         for chunk in real_take(self, number, count):
