@@ -137,8 +137,8 @@ def _qkx2_trials(x, w, xmin, mx, mn, sum_w, sum_x, nmax, rmin, rdelta, nstep):
         rng = mx - mn
         iscale = num / rng
         _levels_into(t, p, x, mn, iscale, rng, xmin, nmax, num)
-        # Four (n, ns) buffers (x, w, t, p) keep a chunk in L2; w*l is recomputed rather
-        # than kept in a fifth one.
+        # Four (n, ns) buffers (x, w, t, p); w*l is recomputed rather than kept in a fifth
+        # one (measured no slower).
         np.multiply(w, t, out=p)
         sum_l = seq_sum(p, nonneg=True)  # sum_l += w*l  (w >= 0, L >= +0)
         np.multiply(p, x, out=p)
@@ -233,7 +233,7 @@ def fit_k_subblocks(blocks: np.ndarray, nmax: int, rmin: float, rdelta: float, n
 
 
 class Q4_K(BlockQuant, qtype=GGMLQuantizationType.Q4_K):
-    chunk_values = 1 << 16
+    chunk_values = 1 << 18
     numba_kernel = "q4_k"
 
     @classmethod
@@ -247,7 +247,7 @@ class Q4_K(BlockQuant, qtype=GGMLQuantizationType.Q4_K):
 
 
 class Q5_K(BlockQuant, qtype=GGMLQuantizationType.Q5_K):
-    chunk_values = 1 << 16
+    chunk_values = 1 << 18
     numba_kernel = "q5_k"
 
     @classmethod
