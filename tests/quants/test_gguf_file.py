@@ -3,6 +3,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -428,3 +429,34 @@ def test_input_that_shrinks_while_read_is_a_format_error(tmp_path):
         os.truncate(src, t.offset_abs + 4)
         with pytest.raises(GGUFFormatError, match=f"tensor {t.name} needs bytes up to"):
             pipe.read(t, 0, 8)
+
+
+ENV_PROBE = r'''
+import sys
+from dflash_gguf.quants import _numba
+from dflash_gguf.quants.gguf_file import quantize_gguf
+quantize_gguf(sys.argv[1], sys.argv[2], "q4_k_m")
+print(_numba.enabled(), "numba" in sys.modules)
+'''
+
+
+@pytest.mark.parametrize("value,want", [("0", "False False"), ("1", "True True")])
+def test_numba_env_switch_in_a_fresh_process(tmp_path, value, want):
+    """DFLASH_GGUF_NUMBA=0 runs the numpy path without even importing numba; the default runs
+    the kernels. Same bytes either way."""
+    from dflash_gguf.quants import _numba
+
+    if value == "1" and not _numba.AVAILABLE:
+        pytest.skip("numba is not installed")
+    src = odd_gguf(tmp_path / "odd.gguf")
+    env = dict(os.environ, DFLASH_GGUF_NUMBA=value)
+    root = str(Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
+    out = tmp_path / f"q{value}.gguf"
+    r = subprocess.run([sys.executable, "-c", ENV_PROBE, str(src), str(out)], env=env, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.split("\n")[-2] == want
+    from dflash_gguf.quants.gguf_file import quantize_gguf
+
+    quantize_gguf(src, tmp_path / "here.gguf", "q4_k_m")
+    assert out.read_bytes() == (tmp_path / "here.gguf").read_bytes()
