@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import mmap
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -62,6 +63,52 @@ class GGUFFile:
             raise GGUFFormatError(f"{self.path}: tensor {t.name} needs bytes up to {t.end:,} but the file now ends "
                                   f"at {len(self._map):,} (it changed while being read; re-run on a stable copy)")
         return self._map[t.offset_abs: t.end]
+
+
+class TensorReader:
+    """Positional reads of tensor bytes (``os.preadv``): safe from several threads at once, and
+    nothing stays resident afterwards, unlike pages of ``GGUFFile.raw``'s memory map, which count
+    in the process's RSS for as long as the map lives. Use as a context manager (one descriptor).
+
+    Raises:
+        OutputError: the file cannot be opened.
+    """
+
+    def __init__(self, f: GGUFFile) -> None:
+        self.path = f.path
+        try:
+            self._fd = os.open(f.path, os.O_RDONLY)
+        except OSError as exc:
+            raise OutputError(f"{f.path}: cannot read it ({exc.strerror})") from None
+
+    def __enter__(self) -> TensorReader:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    def read(self, t: TensorInfo, start: int, size: int, into: np.ndarray | None = None) -> np.ndarray:
+        """``size`` bytes of tensor ``t``'s data from its byte ``start``, into ``into[:size]``
+        (uint8) or a new buffer.
+
+        Raises:
+            GGUFFormatError: the file shrank since its header was read.
+        """
+        buf = np.empty(size, np.uint8) if into is None else into[:size]
+        view, pos = memoryview(buf), t.offset_abs + start
+        while view.nbytes:
+            n = os.preadv(self._fd, [view], pos)
+            if n == 0:
+                raise GGUFFormatError(
+                    f"{self.path}: tensor {t.name} needs bytes up to {t.end:,} but the file now ends at {pos:,} "
+                    "(it changed while being read; re-run on a stable copy)")
+            view, pos = view[n:], pos + n
+        return buf
 
 
 def read_gguf(path: str | Path) -> GGUFFile:

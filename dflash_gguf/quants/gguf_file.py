@@ -13,7 +13,7 @@ block-local, and tasks split at whole rows.
 """
 from __future__ import annotations
 
-import os
+import threading
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -24,8 +24,8 @@ from typing import Callable, Iterator
 import numpy as np
 from gguf import GGMLQuantizationType as Q
 
-from ..errors import GGUFFormatError, OutputError, QuantizationError, UsageError
-from ..fileio.gguf_reader import GGUFFile, read_gguf
+from ..errors import QuantizationError, UsageError
+from ..fileio.gguf_reader import GGUFFile, TensorReader, read_gguf
 from ..fileio.gguf_writer import TensorOut, WriteReport, write_gguf
 from ..fileio.types import KV, TensorInfo
 from .layout import QuantEntry, requantize_layout
@@ -104,22 +104,20 @@ class _Pipeline:
         self.n_tensors = 0
         self.submitted = 0
         self.running: deque[tuple[int, Future]] = deque()
-        self.fd: int | None = None
+        self.reader: TensorReader | None = None
         self.pool: ThreadPoolExecutor | None = None
+        self.local = threading.local()  # per worker: scratch buffers
 
     def __enter__(self) -> _Pipeline:
-        try:
-            self.fd = os.open(self.file.path, os.O_RDONLY)
-        except OSError as exc:
-            raise OutputError(f"{self.file.path}: cannot read it ({exc.strerror})") from None
+        self.reader = TensorReader(self.file)
         self.pool = ThreadPoolExecutor(max_workers=self.threads, thread_name_prefix="quantize")
         return self
 
     def __exit__(self, *exc) -> None:
         for _, fut in self.running:  # after an error: drop what has not started
             fut.cancel()
-        self.pool.shutdown(wait=True)  # no worker may read the descriptor once it is closed
-        os.close(self.fd)
+        self.pool.shutdown(wait=True)  # no worker may read once the reader is closed
+        self.reader.close()
 
     def add(self, t: TensorInfo, e: QuantEntry) -> Callable[[], Iterator[np.ndarray]]:
         """Queue tensor ``t``'s tasks (to become ``e``); returns its producer for the writer."""
@@ -138,18 +136,15 @@ class _Pipeline:
             assert n == number, (n, number)  # the writer takes the tensors in the order they were added
             yield fut.result()
 
-    def read(self, t: TensorInfo, start: int, size: int) -> np.ndarray:
-        """``size`` bytes of tensor ``t``'s data from byte ``start``, into a new buffer."""
-        buf = np.empty(size, np.uint8)
-        view, pos = memoryview(buf), t.offset_abs + start
-        while view.nbytes:
-            n = os.preadv(self.fd, [view], pos)
-            if n == 0:
-                raise GGUFFormatError(
-                    f"{self.file.path}: tensor {t.name} needs bytes up to {t.end:,} but the file ends at {pos:,} "
-                    "(it changed while being read; re-run on a stable copy)")
-            view, pos = view[n:], pos + n
-        return buf
+    def scratch(self, name: str, nbytes: int) -> np.ndarray:
+        """This worker thread's reusable uint8 buffer ``name``, at least ``nbytes`` long. A fresh
+        multi-MiB buffer per task is page-faulted in and unmapped again each time (kernel time that
+        grows with the thread count); the inputs of a task never outlive it, so they can reuse."""
+        bufs = self.local.__dict__
+        buf = bufs.get(name)
+        if buf is None or buf.size < nbytes:
+            buf = bufs[name] = np.empty(nbytes, np.uint8)
+        return buf[:nbytes]
 
 
 def _tasks(pipe: _Pipeline, t: TensorInfo, e: QuantEntry) -> Iterator[Callable[[], np.ndarray]]:
@@ -157,7 +152,7 @@ def _tasks(pipe: _Pipeline, t: TensorInfo, e: QuantEntry) -> Iterator[Callable[[
         return
     if not e.quantized:  # same type: bytes copied untouched
         for start in range(0, t.nbytes, COPY_BYTES):
-            yield lambda start=start: pipe.read(t, start, min(COPY_BYTES, t.nbytes - start))
+            yield lambda start=start: pipe.reader.read(t, start, min(COPY_BYTES, t.nbytes - start))
         return
     from .base import registered
 
@@ -172,31 +167,32 @@ def _tasks(pipe: _Pipeline, t: TensorInfo, e: QuantEntry) -> Iterator[Callable[[
         n = min(step, rows - r0)
 
         def work(r0: int = r0, n: int = n) -> np.ndarray:
-            x = _decode(pipe.read(t, r0 * row_bytes, n * row_bytes), t, r0, n)
+            raw = pipe.reader.read(t, r0 * row_bytes, n * row_bytes, into=pipe.scratch("raw", n * row_bytes))
+            x = _decode(raw, t, r0, n, pipe.scratch("f32", n * ncols * 4).view(np.float32))
             return cls.quantize_finite(x).reshape(-1)
 
         yield work
 
 
-def _decode(raw: np.ndarray, t: TensorInfo, r0: int, n: int) -> np.ndarray:
-    """Rows ``r0 .. r0 + n`` of ``t`` from their bytes to finite float32 (ggml's own
-    conversions); NaN/inf is refused with its index in the whole tensor."""
+def _decode(raw: np.ndarray, t: TensorInfo, r0: int, n: int, out: np.ndarray) -> np.ndarray:
+    """Rows ``r0 .. r0 + n`` of ``t`` from their bytes to finite float32 (ggml's own conversions),
+    in ``out`` (or in ``raw`` itself for F32); NaN/inf is refused with its index in the whole tensor."""
     from . import _numba
     from .base import _first_nonfinite, _nonfinite_error
 
     if t.ggml_type == Q.BF16 and _numba.enabled():
-        x = np.empty(raw.size // 2, np.float32)
+        x = out
         bad = _numba.kernel("bf16_to_f32")(raw.view("<u2"), x.view(np.uint32))
         bad = None if bad < 0 else int(bad)
     else:
         if t.ggml_type == Q.BF16:  # ggml_compute_bf16_to_fp32: the 16 bits become the top half
-            u = raw.view("<u2").astype(np.uint32)
-            u <<= 16
-            x = u.view(np.float32)
+            x = out
+            np.left_shift(raw.view("<u2"), np.uint32(16), out=x.view(np.uint32), dtype=np.uint32)
         elif t.ggml_type == Q.F32:
             x = raw.view("<f4")
         elif t.ggml_type == Q.F16:
-            x = raw.view("<f2").astype(np.float32)
+            x = out
+            np.copyto(x, raw.view("<f2"))
         else:  # an already-quantized input (--allow-requantize)
             from . import dequantize
 

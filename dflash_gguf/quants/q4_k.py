@@ -35,15 +35,10 @@ def _levels_literal(x: np.ndarray, mn: np.ndarray, iscale: np.ndarray, nmax: int
     return np.clip(nearest_int((x - mn) * iscale), 0, nmax).astype(np.float32)
 
 
-# Broadcasting arithmetic ((n, ns) op (ns,)) measured slower here than a broadcast copy
-# (np.copyto is cheap) followed by a same-shape in-place op, so per-column vectors are tiled.
-def _bc(op, t: np.ndarray, v: np.ndarray, tile: np.ndarray) -> None:
-    np.copyto(tile, v)
-    op(t, tile, out=t)
-
-
+# Per-column vectors (ns,) broadcast over the rows of the position-major (n, ns) arrays: each
+# row is one contiguous inner loop, as fast as a same-shape operation.
 def _levels_into(
-    t: np.ndarray, tile: np.ndarray, x: np.ndarray, mn: np.ndarray, iscale: np.ndarray,
+    t: np.ndarray, x: np.ndarray, mn: np.ndarray, iscale: np.ndarray,
     rng: np.ndarray, xmin: np.ndarray, nmax: int, num: np.float32,
 ) -> None:
     """t = clamp(nearest_int(iscale*(x - min)), 0, nmax) as float32, for
@@ -58,22 +53,19 @@ def _levels_into(
     if not (rng.min() >= F32(1e-37) and ((xmin - mn) * iscale).min() >= -NEAREST_INT_LIMIT):
         t[...] = _levels_literal(x, mn, iscale, nmax)  # also every NaN/inf case
         return
-    np.copyto(tile, mn)
-    np.maximum(x, tile, out=t)
-    np.subtract(t, tile, out=t)  # x[i] - min, or +0 where that is negative
-    _bc(np.multiply, t, iscale, tile)  # iscale*(x[i] - min)
+    np.maximum(x, mn, out=t)
+    np.subtract(t, mn, out=t)  # x[i] - min, or +0 where that is negative
+    np.multiply(t, iscale, out=t)  # iscale*(x[i] - min)
     np.rint(t, out=t)
     if float(num) * (1 + 1e-6) >= nmax + 0.5:
         np.minimum(t, F32(nmax), out=t)
 
 
-def _sq_error_inplace(
-    t: np.ndarray, tile: np.ndarray, x: np.ndarray, w: np.ndarray, scale: np.ndarray, mn: np.ndarray
-) -> np.ndarray:
+def _sq_error_inplace(t: np.ndarray, x: np.ndarray, w: np.ndarray, scale: np.ndarray, mn: np.ndarray) -> np.ndarray:
     # diff = scale*L[i] + min - x[i]; err += w*(diff*diff), from 0. Overwrites t (= L).
     # Every term is >= +0 (a square times a weight), so the zero-sign conventions agree.
-    _bc(np.multiply, t, scale, tile)
-    _bc(np.add, t, mn, tile)
+    np.multiply(t, scale, out=t)
+    np.add(t, mn, out=t)
     np.subtract(t, x, out=t)
     np.multiply(t, t, out=t)
     np.multiply(t, w, out=t)
@@ -117,13 +109,13 @@ def _trial_numerators(nmax: int, rmin: float, rdelta: float, nstep: int) -> list
 def _qkx2_trials(x, w, xmin, mx, mn, sum_w, sum_x, nmax, rmin, rdelta, nstep):
     nmax_f = F32(nmax)
     t = np.empty_like(x)  # L, then the error terms
-    p = np.empty_like(x)  # products, and the tile for broadcasts
+    p = np.empty_like(x)  # products
 
     rng = mx - mn
     iscale = nmax_f / rng
     scale = F32(1) / iscale
-    _levels_into(t, p, x, mn, iscale, rng, xmin, nmax, nmax_f)
-    best = _sq_error_inplace(t, p, x, w, scale, mn)
+    _levels_into(t, x, mn, iscale, rng, xmin, nmax, nmax_f)
+    best = _sq_error_inplace(t, x, w, scale, mn)
     # What regenerates the accepted L: per trial its iscale and min, and per column the last
     # accepted trial (0: the initial L). Cheaper than selecting three arrays every trial.
     hist_iscale = [iscale]
@@ -136,9 +128,9 @@ def _qkx2_trials(x, w, xmin, mx, mn, sum_w, sum_x, nmax, rmin, rdelta, nstep):
         # variable that accepted trials overwrite.
         rng = mx - mn
         iscale = num / rng
-        _levels_into(t, p, x, mn, iscale, rng, xmin, nmax, num)
-        # Four (n, ns) buffers (x, w, t, p) keep a chunk in L2; w*l is recomputed rather
-        # than kept in a fifth one.
+        _levels_into(t, x, mn, iscale, rng, xmin, nmax, num)
+        # Four (n, ns) buffers (x, w, t, p); w*l is recomputed rather than kept in a fifth
+        # one (measured no slower).
         np.multiply(w, t, out=p)
         sum_l = seq_sum(p, nonneg=True)  # sum_l += w*l  (w >= 0, L >= +0)
         np.multiply(p, x, out=p)
@@ -153,7 +145,7 @@ def _qkx2_trials(x, w, xmin, mx, mn, sum_w, sum_x, nmax, rmin, rdelta, nstep):
         if pos.any():  # if (this_min > 0) { this_min = 0; this_scale = sum_xl/sum_l2; }
             this_min = np.where(pos, F32(0), this_min)
             this_scale = np.where(pos, sum_xl / sum_l2, this_scale)
-        cur = _sq_error_inplace(t, p, x, w, this_scale, this_min)
+        cur = _sq_error_inplace(t, x, w, this_scale, this_min)
         acc = cur < best
         acc &= D > 0
         np.putmask(best, acc, cur)
@@ -233,7 +225,7 @@ def fit_k_subblocks(blocks: np.ndarray, nmax: int, rmin: float, rdelta: float, n
 
 
 class Q4_K(BlockQuant, qtype=GGMLQuantizationType.Q4_K):
-    chunk_values = 1 << 16
+    chunk_values = 1 << 18
     numba_kernel = "q4_k"
 
     @classmethod
@@ -247,7 +239,7 @@ class Q4_K(BlockQuant, qtype=GGMLQuantizationType.Q4_K):
 
 
 class Q5_K(BlockQuant, qtype=GGMLQuantizationType.Q5_K):
-    chunk_values = 1 << 16
+    chunk_values = 1 << 18
     numba_kernel = "q5_k"
 
     @classmethod

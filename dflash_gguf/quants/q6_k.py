@@ -40,7 +40,7 @@ def make_qx_quants(x: np.ndarray, nmax: int):
     w = x * x  # rmse_type 1: w = x*x
     wx = w * x  # w*x[i], the left factor of sumlx's w*x[i]*l
     t = np.empty_like(x)
-    p = np.empty_like(x)  # products, and the tile for the broadcast
+    p = np.empty_like(x)  # products
     lo_clip, hi_clip = F32(-nmax), F32(nmax - 1)
     # Which clamp sides can trigger. t = iscale*x[i] with |iscale| = (nmax + 0.1*is)/amax, so
     # (monotonic rounding) t >= -(nmax + 0.1*is)(1+u)^2 at the column's extreme, and on the
@@ -54,8 +54,7 @@ def make_qx_quants(x: np.ndarray, nmax: int):
 
     def sums(iscale: np.ndarray, num: float) -> tuple[np.ndarray, np.ndarray]:
         # l = MAX(-nmax, MIN(nmax-1, nearest_int(iscale*x[i])))
-        np.copyto(p, iscale)
-        np.multiply(x, p, out=t)
+        np.multiply(x, iscale, out=t)  # (ns,) broadcast over the rows
         np.rint(t, out=t)
         low = num * (1 + 1e-6) >= -float(lo_clip) + 0.5
         high = num * opp * (1 + 1e-6) >= float(hi_clip) + 0.5
@@ -101,7 +100,7 @@ _QX_NUMS = {32: [F32(32) + F32(0.1) * F32(i) for i in (*range(-9, 0), *range(1, 
 
 
 class Q6_K(BlockQuant, qtype=GGMLQuantizationType.Q6_K):
-    chunk_values = 1 << 16
+    chunk_values = 1 << 18
     numba_kernel = "q6_k"
 
     @classmethod

@@ -17,7 +17,7 @@ _HALF_DOWN_BITS = _HALF_DOWN.view(np.uint32)
 
 
 class Q8_0(BlockQuant, qtype=GGMLQuantizationType.Q8_0):
-    chunk_values = 1 << 16  # keeps a chunk's few float32 temporaries in L2
+    chunk_values = 1 << 18
     numba_kernel = "q8_0"
 
     @classmethod

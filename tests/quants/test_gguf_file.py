@@ -3,6 +3,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -356,15 +357,16 @@ def test_threads_and_task_size_do_not_change_bytes(tmp_path, monkeypatch, backen
 def test_tensors_stream_in_bounded_tasks(tmp_path, monkeypatch):
     """Each task reads at most TASK_VALUES values (whole rows; one row when a row is longer), big
     tensors take several tasks, and no more than the window of tasks is ever under way."""
+    from dflash_gguf.fileio.gguf_reader import TensorReader
     from dflash_gguf.quants import gguf_file
     from dflash_gguf.quants.gguf_file import _Pipeline, quantize_gguf
 
     reads, most_running = [], [0]
-    real_read, real_take = _Pipeline.read, _Pipeline._take
+    real_read, real_take = TensorReader.read, _Pipeline._take
 
-    def read(self, t, start, size):
+    def read(self, t, start, size, into=None):
         reads.append((t.name, size))
-        return real_read(self, t, start, size)
+        return real_read(self, t, start, size, into)
 
     def take(self, number, count):
         for chunk in real_take(self, number, count):
@@ -372,7 +374,7 @@ def test_tensors_stream_in_bounded_tasks(tmp_path, monkeypatch):
             assert len(self.running) < self.window
             yield chunk
 
-    monkeypatch.setattr(_Pipeline, "read", read)
+    monkeypatch.setattr(TensorReader, "read", read)
     monkeypatch.setattr(_Pipeline, "_take", take)
     monkeypatch.setattr(gguf_file, "TASK_VALUES", 1000)  # < one 768-value row x 2: one row per task there
     monkeypatch.setattr(gguf_file, "COPY_BYTES", 1000)
@@ -415,16 +417,32 @@ def test_threads_must_be_positive(tmp_path, threads):
         quantize_gguf(src, tmp_path / "x.gguf", "q8_0", threads=threads)
 
 
-def test_input_that_shrinks_while_read_is_a_format_error(tmp_path):
-    from dflash_gguf.errors import GGUFFormatError
-    from dflash_gguf.fileio.gguf_reader import read_gguf
-    from dflash_gguf.quants.gguf_file import _Pipeline
+ENV_PROBE = r'''
+import sys
+from dflash_gguf.quants import _numba
+from dflash_gguf.quants.gguf_file import quantize_gguf
+quantize_gguf(sys.argv[1], sys.argv[2], "q4_k_m")
+print(_numba.enabled(), "numba" in sys.modules)
+'''
 
+
+@pytest.mark.parametrize("value,want", [("0", "False False"), ("1", "True True")])
+def test_numba_env_switch_in_a_fresh_process(tmp_path, value, want):
+    """DFLASH_GGUF_NUMBA=0 runs the numpy path without even importing numba; the default runs
+    the kernels. Same bytes either way."""
+    from dflash_gguf.quants import _numba
+
+    if value == "1" and not _numba.AVAILABLE:
+        pytest.skip("numba is not installed")
     src = odd_gguf(tmp_path / "odd.gguf")
-    f = read_gguf(src)
-    t = f.tensors[-1]
-    with _Pipeline(f, 1) as pipe:
-        assert pipe.read(t, 0, 8).size == 8
-        os.truncate(src, t.offset_abs + 4)
-        with pytest.raises(GGUFFormatError, match=f"tensor {t.name} needs bytes up to"):
-            pipe.read(t, 0, 8)
+    env = dict(os.environ, DFLASH_GGUF_NUMBA=value)
+    root = str(Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
+    out = tmp_path / f"q{value}.gguf"
+    r = subprocess.run([sys.executable, "-c", ENV_PROBE, str(src), str(out)], env=env, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.split("\n")[-2] == want
+    from dflash_gguf.quants.gguf_file import quantize_gguf
+
+    quantize_gguf(src, tmp_path / "here.gguf", "q4_k_m")
+    assert out.read_bytes() == (tmp_path / "here.gguf").read_bytes()

@@ -1,12 +1,14 @@
 """Compiled kernels (numba) for Q8_0, Q4_K, Q5_K and Q6_K: the numpy path's bytes, faster.
 
 numba is a dependency; the kernels are used whenever it imports. ``DFLASH_GGUF_NUMBA=0`` (or
-:func:`set_enabled`) forces the numpy path, which is also what runs where numba cannot be imported. Each kernel maps ``(n_blocks, block_size)`` C-contiguous float32 to
+:func:`set_enabled`) forces the numpy path, which is also what runs where numba cannot be
+imported. Each kernel maps ``(n_blocks, block_size)`` C-contiguous float32 to
 ``(n_blocks, type_size)`` uint8 and mirrors ggml-quants.c's ``quantize_row_*_ref`` operation by
 operation. :mod:`.common` holds what makes them bit-exact; one module per type family holds the
 kernels, imported by :func:`kernel` on first use. ``BlockQuant`` (quants/base.py) picks between
-a kernel and the numpy path; this package itself is imported only on the first quantization,
-as importing numba costs ~0.3 s.
+a kernel and the numpy path. numba itself is imported on the first question that needs it
+(``enabled()`` with the kernels wanted, ``AVAILABLE``, :func:`kernel`), as that costs ~0.3 s: a
+process that runs the numpy path by choice never pays it.
 """
 from __future__ import annotations
 
@@ -15,13 +17,6 @@ import os
 
 import numpy as np
 
-try:  # a dependency, but the numpy path must keep working without it
-    import numba
-except ImportError:  # pragma: no cover - exercised where numba is absent
-    numba = None
-
-#: Whether numba is importable at all.
-AVAILABLE = numba is not None
 #: Set to 0 (or false/no/off) to force the numpy path.
 ENV_VAR = "DFLASH_GGUF_NUMBA"
 
@@ -29,16 +24,40 @@ ENV_VAR = "DFLASH_GGUF_NUMBA"
 # Q4_K's fit; ``bf16_to_f32`` decodes a GGUF's BF16 input (quants/gguf_file.py).
 _MODULES = {"q8_0": "q8_0", "q4_k": "q4_k", "q5_k": "q4_k", "q6_k": "q6_k", "bf16_to_f32": "decode"}
 
+_available: bool | None = None  # None: numba not tried yet
+
+
+def _numba_importable() -> bool:
+    global _available
+    if _available is None:
+        try:  # a dependency, but the numpy path must keep working without it
+            import numba  # noqa: F401
+        except ImportError:  # pragma: no cover - exercised where numba is absent
+            _available = False
+        else:
+            _available = True
+    return _available
+
+
+def __getattr__(name: str):
+    if name == "AVAILABLE":  # whether numba is importable at all (imports it)
+        return _numba_importable()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 def _wanted(value: str | None) -> bool:
     return (value or "1").strip().lower() not in ("0", "false", "no", "off")
 
 
-_enabled = AVAILABLE and _wanted(os.environ.get(ENV_VAR))
+# None: wanted, decided (by importing numba) on the first enabled()
+_enabled: bool | None = None if _wanted(os.environ.get(ENV_VAR)) else False
 
 
 def enabled() -> bool:
     """Whether the quantizers use the numba kernels (else the numpy path)."""
+    global _enabled
+    if _enabled is None:
+        _enabled = _numba_importable()
     return _enabled
 
 
@@ -49,9 +68,9 @@ def set_enabled(flag: bool) -> bool:
         RuntimeError: ``flag`` is true but numba is not installed.
     """
     global _enabled
-    if flag and not AVAILABLE:
+    if flag and not _numba_importable():
         raise RuntimeError("numba is not installed (pip install numba==0.68.1)")
-    prev, _enabled = _enabled, bool(flag)
+    prev, _enabled = enabled(), bool(flag)
     return prev
 
 
