@@ -99,6 +99,8 @@ class TensorReader:
         Raises:
             GGUFFormatError: the file shrank since its header was read.
         """
+        import numpy as np  # here, not at the top: header-only commands never read tensor data
+
         buf = np.empty(size, np.uint8) if into is None else into[:size]
         view, pos = memoryview(buf), t.offset_abs + start
         while view.nbytes:
