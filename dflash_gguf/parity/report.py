@@ -2,23 +2,10 @@
 reports, and their JSON form."""
 from __future__ import annotations
 
-import math
-import statistics
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
-
-@dataclass
-class Stat:
-    mean: float
-    sd: float
-    values: list[float]
-
-    @classmethod
-    def of(cls, values: Sequence[float]) -> "Stat":
-        values = [float(v) for v in values]
-        sd = statistics.stdev(values) if len(values) > 1 else 0.0
-        return cls(statistics.fmean(values) if values else 0.0, sd, values)
+from ..metrics.spread import Stat, beyond_sigma
 
 
 @dataclass
@@ -137,6 +124,5 @@ def _rate(result) -> float:
 
 def delta(a: RunSummary, b: RunSummary) -> dict[str, Any]:
     """b − a on mean acceptance length, called real only beyond 1σ of the run-to-run spread."""
-    d = b.mean_acceptance_length.mean - a.mean_acceptance_length.mean
-    sigma = math.hypot(a.mean_acceptance_length.sd, b.mean_acceptance_length.sd)
-    return {"mean_acceptance_length": d, "sigma": sigma, "real": abs(d) > sigma if sigma > 0 else d != 0}
+    d = beyond_sigma(a.mean_acceptance_length, b.mean_acceptance_length)
+    return {"mean_acceptance_length": d["delta"], "sigma": d["sigma"], "real": d["real"]}
