@@ -16,6 +16,12 @@ GUARD_FIXTURES = [FIXTURES / "guards" / n for n in (
     "frankenmerge-7b.gguf", "gemma-3-1b-it.gguf", "gemma-3-1b-pt.gguf", "gemma-4-e2b-it.gguf", "llama-3.1-8b-instruct.gguf", "llama-3.1-8b.gguf", "qwen3-8b-base.gguf", "qwen3-8b-dflash.gguf", "qwen3-8b-sharded-00001-of-00002.gguf", "qwen3-8b-sharded-00002-of-00002.gguf", "qwen3-8b.gguf")]
 # Golden vectors from ggml's C reference live beside the checkout (read-only).
 SHARED = ROOT.parent / "shared"
+# The native llama.cpp build `make test` makes (Makefile: runtime). `make test` installs
+# llama-cpp-python without compiling its own copy and points it here; setting the default here
+# too lets a bare `pytest` run the same way (llama_cpp reads it at import).
+LLAMA_BIN = ROOT / ".cache" / "llama.cpp-build" / "bin"
+if "LLAMA_CPP_LIB_PATH" not in os.environ and (LLAMA_BIN / "libllama.so").exists():
+    os.environ["LLAMA_CPP_LIB_PATH"] = str(LLAMA_BIN)
 
 
 @pytest.fixture
