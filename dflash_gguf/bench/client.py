@@ -116,9 +116,9 @@ class LlamaCppClient:
             body["chat_template_kwargs"] = {"enable_thinking": thinking}
         return call(self.url, "/apply-template", body, timeout=60)["prompt"]
 
-    def complete(self, prompt: str, n_predict: int, temperature: float, seed: int, ignore_eos: bool = False,
-                 chat: bool = False, thinking: bool | None = None) -> Completion:
-        if chat:
+    def complete(self, prompt: str | list[int], n_predict: int, temperature: float, seed: int,
+                 ignore_eos: bool = False, chat: bool = False, thinking: bool | None = None) -> Completion:
+        if chat and isinstance(prompt, str):
             prompt = self.apply_template(prompt, thinking)
         # cache_prompt off: every run processes its prompt afresh, so run 2 is not faster than run 1.
         body = {"prompt": prompt, "n_predict": n_predict, "temperature": temperature, "seed": seed,
@@ -216,8 +216,9 @@ class VllmClient:
     def counters(self) -> dict[str, Any]:
         return vllm_counters(call(self.url, "/metrics", timeout=30, raw=True))
 
-    def complete(self, prompt: str, n_predict: int, temperature: float, seed: int, ignore_eos: bool = False,
-                 chat: bool = False, thinking: bool | None = None) -> Completion:
+    def complete(self, prompt: str | list[int], n_predict: int, temperature: float, seed: int,
+                 ignore_eos: bool = False, chat: bool = False, thinking: bool | None = None) -> Completion:
+        chat = chat and isinstance(prompt, str)
         common = {"model": self.model(), "max_tokens": n_predict, "temperature": temperature, "seed": seed,
                   "ignore_eos": ignore_eos, "stream": False}
         if chat:
@@ -255,13 +256,14 @@ class SglangClient:
     def __init__(self, url: str, timeout: float = 600.0) -> None:
         self.url, self.timeout = url, timeout
 
-    def complete(self, prompt: str, n_predict: int, temperature: float, seed: int, ignore_eos: bool = False,
-                 chat: bool = False, thinking: bool | None = None) -> Completion:
+    def complete(self, prompt: str | list[int], n_predict: int, temperature: float, seed: int,
+                 ignore_eos: bool = False, chat: bool = False, thinking: bool | None = None) -> Completion:
         params: dict[str, Any] = {"temperature": temperature, "max_new_tokens": n_predict, "ignore_eos": ignore_eos}
         if temperature > 0:
             params["sampling_seed"] = seed
         t0 = time.perf_counter()
-        r = call(self.url, "/generate", {"text": prompt, "sampling_params": params}, timeout=self.timeout)
+        body = {"input_ids" if isinstance(prompt, list) else "text": prompt, "sampling_params": params}
+        r = call(self.url, "/generate", body, timeout=self.timeout)
         wall = time.perf_counter() - t0
         if isinstance(r, list):
             r = r[0]

@@ -17,6 +17,7 @@ from typing import Any, Callable
 from ..errors import ServerError, UsageError
 from . import memory, trace
 from .client import Completion, RequestFailed, client_for
+from .modes import Mode, plan_modes
 from .server import LlamaServer, ServerSpec
 from .suites import Suite, load_suite
 
@@ -55,13 +56,6 @@ class BenchOptions:
     @property
     def launching(self) -> bool:
         return not self.servers and self.baseline_server is None
-
-
-@dataclass(frozen=True)
-class Mode:
-    label: str               # raw | chat | think | no-think
-    chat: bool
-    thinking: bool | None
 
 
 @dataclass
@@ -267,7 +261,7 @@ def _run_config(opts: BenchOptions, c: ConfigResult, suites: list[Suite], result
                 srv: LlamaServer | None) -> None:
     client = client_for(opts.engine, c.url, opts.request_timeout)
     if not result.modes:
-        result.modes, notes = _plan_modes(opts, client, srv)
+        result.modes, notes = plan_modes(opts, client)
         result.notes += notes
         if opts.engine == "llama.cpp":
             props = _guard(lambda: client.props(), srv, c, "while reading /props")
@@ -280,7 +274,7 @@ def _run_config(opts: BenchOptions, c: ConfigResult, suites: list[Suite], result
     first = suites[0].prompts[0]
     for _ in range(opts.warmup):  # graph allocation and first-touch page faults are not the drafter's fault
         m = result.modes[0]
-        _guard(lambda: client.complete(first.text, min(WARMUP_TOKENS, opts.n_predict), opts.temperature, opts.seed,
+        _guard(lambda: client.complete(first.payload, min(WARMUP_TOKENS, opts.n_predict), opts.temperature, opts.seed,
                                        chat=m.chat and not first.raw, thinking=m.thinking), srv, c, "during warm-up")
         if follow is not None:
             _claim_task(follow)  # its lines must not be taken for the first measured request's
@@ -291,7 +285,7 @@ def _run_config(opts: BenchOptions, c: ConfigResult, suites: list[Suite], result
                     # sampled runs draw differently per run and prompt, reproducibly from --seed
                     seed = opts.seed + run * 100_003 + i if opts.temperature > 0 else opts.seed
                     where = f"on prompt {p.id} ({suite.name}, {mode.label}, run {run + 1}) of {c.name}"
-                    comp = _guard(lambda: client.complete(p.text, opts.n_predict, opts.temperature, seed,
+                    comp = _guard(lambda: client.complete(p.payload, opts.n_predict, opts.temperature, seed,
                                                           ignore_eos=opts.ignore_eos, chat=mode.chat and not p.raw,
                                                           thinking=mode.thinking), srv, c, where)
                     rec = _record(suite.name, mode.label, run, p.id, comp)
@@ -378,45 +372,3 @@ def _attach_trace(rec: RequestRecord, done: list[trace.TaskTrace], c: ConfigResu
 def _note(c: ConfigResult, text: str) -> None:
     if text not in c.notes:
         c.notes.append(text)
-
-
-# --- chat modes -----------------------------------------------------------------------------
-
-def _plan_modes(opts: BenchOptions, client, srv: LlamaServer | None) -> tuple[list[Mode], list[str]]:
-    """Which prompt renderings to run: raw text, the chat template, or both thinking settings
-    where the template has the switch (acceptance differs by about 2x between them)."""
-    raw = [Mode("raw", False, None)]
-    if opts.raw:
-        return raw, []
-    if opts.engine == "sglang":
-        note = "SGLang's /generate takes raw text: prompts are sent untemplated (pre-render them in a JSONL suite)"
-        return raw, [note] if opts.thinking in ("on", "off", "both") else []
-    if opts.engine == "vllm":
-        return _thinking_modes(opts.thinking, switch=opts.thinking != "auto"), []
-    if opts.target is not None and not _has_template(opts.target):
-        return raw, [f"{opts.target.name} has no chat template: prompts are sent raw"]
-    if opts.target is None and not client.props().get("chat_template"):
-        return raw, ["the server reports no chat template: prompts are sent raw"]
-    try:
-        on = client.apply_template("ping", True)
-        off = client.apply_template("ping", False)
-    except RequestFailed as exc:
-        return [Mode("chat", True, None)], [f"/apply-template failed ({exc}); thinking switch not probed"]
-    notes = []
-    if on == off and opts.thinking in ("on", "off", "both"):
-        notes.append("the chat template has no enable_thinking switch: --thinking ignored")
-    return _thinking_modes(opts.thinking, switch=on != off), notes
-
-
-def _thinking_modes(thinking: str, switch: bool) -> list[Mode]:
-    if not switch:
-        return [Mode("chat", True, None)]
-    return {"on": [Mode("think", True, True)], "off": [Mode("no-think", True, False)],
-            "both": [Mode("think", True, True), Mode("no-think", True, False)],
-            "auto": [Mode("think", True, True), Mode("no-think", True, False)]}[thinking]
-
-
-def _has_template(target: Path) -> bool:
-    from ..fileio.gguf_header import read_header
-
-    return bool(read_header(target).get("tokenizer.chat_template"))

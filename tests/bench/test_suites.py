@@ -27,7 +27,15 @@ def test_jsonl_file_with_ids_raw_and_blank_lines(tmp_path):
     assert s.name == "mine" and [(p.id, p.text, p.raw) for p in s.prompts] == [("mine-1", "a", False), ("x", "b", True)]
 
 
+def test_jsonl_with_token_ids_like_parity_prompts_files(tmp_path):
+    f = tmp_path / "ids.jsonl"
+    f.write_text('{"prompt_ids": [1, 5, 9]}\n')
+    (p,) = load_suite(str(f)).prompts
+    assert p.ids == (1, 5, 9) and p.raw and p.payload == [1, 5, 9]
+
+
 @pytest.mark.parametrize("text,msg", [
+    ('{"prompt_ids": [1, -2]}\n', ":1: expected an object"),
     ('{"prompt": "a"}\n{"prompt": \n', ":2: not valid JSON"),
     ('{"prompt": "a"}\n["a"]\n', ":2: expected an object"),
     ('{"prompt": ""}\n', ":1: expected an object"),
