@@ -49,6 +49,7 @@ class BenchOptions:
     port: int | None = None
     ctx_size: int | None = None
     threads: int | None = None
+    draft_max: int | None = None               # None: the drafter's whole block (llama-server's default is 3)
     warmup: int = 1
     startup_timeout: float = 300.0
     request_timeout: float = 600.0
@@ -166,6 +167,8 @@ def _validate(opts: BenchOptions) -> None:
         raise UsageError(f"--runs {opts.runs}: must be at least 1")
     if opts.n_predict < 1:
         raise UsageError(f"--n-predict {opts.n_predict}: must be at least 1")
+    if opts.draft_max is not None and opts.draft_max < 1:
+        raise UsageError(f"--draft-max {opts.draft_max}: must be at least 1")
     if opts.thinking not in ("auto", "on", "off", "both"):
         raise UsageError(f"--thinking {opts.thinking!r}: choose auto, on, off or both")
     if opts.launching:
@@ -237,9 +240,32 @@ def _limit(opts: BenchOptions) -> tuple[float | None, str]:
 
 def _server_spec(opts: BenchOptions, c: ConfigResult) -> ServerSpec:
     ctx = opts.ctx_size or max(4096, opts.n_predict + 2048)
+    extra = list(opts.server_args)
+    if c.drafter is not None:
+        c.n_draft = _draft_max(opts, c, extra)
     return ServerSpec(bin=opts.server_bin, target=opts.target, drafter=c.drafter, spec_type=c.spec_type,
-                      port=opts.port, ctx_size=ctx, threads=opts.threads, extra_args=tuple(opts.server_args),
+                      port=opts.port, ctx_size=ctx, threads=opts.threads, extra_args=tuple(extra),
                       startup_timeout=opts.startup_timeout)
+
+
+def _draft_max(opts: BenchOptions, c: ConfigResult, extra: list[str]) -> int | None:
+    """Drafts per step. llama-server drafts 3 tokens unless told (``--spec-draft-n-max``), a
+    fifth of a DFlash block: bench asks for the whole block (block_size − 1, read from the GGUF)
+    unless ``--draft-max`` or the user's own ``--server-args`` say otherwise."""
+    for flag in ("--spec-draft-n-max",):
+        if flag in extra:
+            i = extra.index(flag)
+            try:
+                return int(extra[i + 1])
+            except (IndexError, ValueError):
+                return c.n_draft
+    n = opts.draft_max if opts.draft_max is not None else c.n_draft
+    if n is not None:
+        if c.n_draft is not None and n > c.n_draft:
+            c.notes.append(f"--draft-max {n} exceeds the drafter's block ({c.n_draft} drafts): llama-server clamps it")
+            n = c.n_draft
+        extra += ["--spec-draft-n-max", str(n)]
+    return n
 
 
 def _settings(opts: BenchOptions, limit: float | None, how: str) -> dict[str, Any]:
@@ -250,7 +276,7 @@ def _settings(opts: BenchOptions, limit: float | None, how: str) -> dict[str, An
         "suites": list(opts.suites), "limit": opts.limit, "runs": opts.runs, "n_predict": opts.n_predict,
         "temperature": opts.temperature, "seed": opts.seed, "ignore_eos": opts.ignore_eos,
         "thinking": opts.thinking, "raw": opts.raw, "ctx_size": opts.ctx_size, "threads": opts.threads,
-        "server_args": list(opts.server_args), "warmup": opts.warmup,
+        "server_args": list(opts.server_args), "draft_max": opts.draft_max, "warmup": opts.warmup,
         "max_memory_bytes": limit, "max_memory_from": how,
     }
 

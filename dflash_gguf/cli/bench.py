@@ -32,6 +32,7 @@ def bench_cmd(
     port: Annotated[Optional[int], typer.Option("--port", help="Port for llama-server (default: a free one).")] = None,
     ctx_size: Annotated[Optional[int], typer.Option("--ctx-size", help="llama-server -c (default: max(4096, n-predict + 2048)).")] = None,
     threads: Annotated[Optional[int], typer.Option("--threads", help="llama-server -t.")] = None,
+    draft_max: Annotated[Optional[int], typer.Option("--draft-max", help="Drafts per step (--spec-draft-n-max; default: the drafter's whole block, where llama-server alone drafts 3).")] = None,
     max_memory: Annotated[Optional[float], typer.Option("--max-memory", help="GiB the model files may take (default 90% of MemAvailable; inf = no guard).")] = None,
     no_baseline: Annotated[bool, typer.Option("--no-baseline", help="Skip the no-draft baseline (no speed-up then).")] = False,
     server: Annotated[Optional[list[str]], typer.Option("--server", help="[NAME=]URL of a running server to measure instead of launching (repeatable).")] = None,
@@ -65,7 +66,7 @@ def bench_cmd(
         server_log=server_log, engine=engine, suites=tuple(suite or ("chat",)), limit=limit, runs=runs,
         n_predict=n_predict, temperature=temperature, seed=seed, ignore_eos=ignore_eos, thinking=thinking, raw=raw,
         baseline=not no_baseline, max_memory_gib=max_memory, server_args=tuple(shlex.split(server_args or "")),
-        port=port, ctx_size=ctx_size, threads=threads, warmup=warmup, startup_timeout=startup_timeout,
+        port=port, ctx_size=ctx_size, threads=threads, draft_max=draft_max, warmup=warmup, startup_timeout=startup_timeout,
         request_timeout=request_timeout)
     if launching:
         for p, role in [(target, "--target"), *[(d, "--drafter") for d in opts.drafters]]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import stat
 import subprocess
 import sys
@@ -77,5 +78,8 @@ def bench_json(cli, tmp_path, *args, name="r.json"):
 def bench_subprocess(*args, env=None) -> subprocess.Popen:
     e = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
          **(env or {})}
+    # SIGINT back to its default: a shell starts background jobs with it ignored, and the child
+    # would inherit that (a Ctrl-C test run from such a job would then test nothing)
     return subprocess.Popen([sys.executable, "-m", "dflash_gguf", "bench", *map(str, args)], cwd=ROOT, env=e,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))

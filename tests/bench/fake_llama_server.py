@@ -32,13 +32,13 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, HTTPServer
 
-N_DRAFT = 15  # block size 16
+N_DRAFT = 15  # block size 16; llama-server drafts only 3 unless --spec-draft-n-max says more
 MS_PER_TOKEN = 4.0   # the target alone
 MS_PER_STEP = 6.0    # one draft + verify round
 
 
 def parse_args(argv: list[str]) -> dict:
-    a = {"host": "127.0.0.1", "port": 8080, "model": None, "draft": None, "spec_type": None}
+    a = {"host": "127.0.0.1", "port": 8080, "model": None, "draft": None, "spec_type": None, "n_max": 3}
     it = iter(argv)
     for x in it:
         if x in ("-m", "--model"):
@@ -51,6 +51,8 @@ def parse_args(argv: list[str]) -> dict:
             a["host"] = next(it)
         elif x == "--port":
             a["port"] = int(next(it))
+        elif x == "--spec-draft-n-max":
+            a["n_max"] = min(int(next(it)), N_DRAFT)
     return a
 
 
@@ -67,7 +69,8 @@ def drafter_quality(draft: str | None) -> float:
     return 0.8 if "good" in name else 0.5 if "bad" not in name else 0.2
 
 
-def plan(prompt: str, n_predict: int, draft: str | None, seed: int, temperature: float) -> list[tuple[int, int]]:
+def plan(prompt: str, n_predict: int, draft: str | None, seed: int, temperature: float,
+         n_max: int = N_DRAFT) -> list[tuple[int, int]]:
     """(drafted, accepted) per verification step until n_predict tokens exist."""
     q = drafter_quality(draft)
     if "<think>" in prompt:
@@ -75,7 +78,7 @@ def plan(prompt: str, n_predict: int, draft: str | None, seed: int, temperature:
     steps, made = [], 0
     while made < n_predict:
         room = n_predict - made - 1  # the last token of a step is the target's own
-        n = min(N_DRAFT, room)
+        n = min(n_max, room)
         if n <= 0:
             made += 1  # a plain decode step, no draft
             steps.append((0, 0))
@@ -105,7 +108,7 @@ def slot(task: int, fn: str, text: str) -> str:
 
 def make_handler(args: dict, env: dict):
     engine = env.get("FAKE_ENGINE", "llama.cpp")
-    counters = {"drafts": 0, "draft_tokens": 0, "accepted": 0, "per_pos": [0] * N_DRAFT}
+    counters = {"drafts": 0, "draft_tokens": 0, "accepted": 0, "per_pos": [0] * args["n_max"]}
 
     class H(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -172,7 +175,7 @@ def make_handler(args: dict, env: dict):
             n_predict = int(b.get("n_predict", b.get("max_tokens", sp.get("max_new_tokens", 16))))
             temperature = float(b.get("temperature", sp.get("temperature", 0)))
             seed = int(b.get("seed", sp.get("sampling_seed", 0)) or 0)
-            steps = plan(prompt, n_predict, args["draft"], seed, temperature) if args["draft"] else []
+            steps = plan(prompt, n_predict, args["draft"], seed, temperature, args["n_max"]) if args["draft"] else []
             drafted = sum(d for d, _ in steps)
             accepted = sum(a for _, a in steps)
             text = "".join(chr(97 + int(unit(prompt, i) * 26)) for i in range(n_predict))
@@ -214,7 +217,7 @@ def make_handler(args: dict, env: dict):
                 return self.send(200, {"choices": [choice], "usage": usage})
             if engine == "sglang":
                 n_steps = len(steps)
-                hist = [0] * (N_DRAFT + 1)
+                hist = [0] * (args["n_max"] + 1)
                 for d, a in steps:
                     hist[a] += 1
                 return self.send(200, {"text": text, "meta_info": {

@@ -24,7 +24,7 @@ def serve(tmp_path):
         port = free_port()
         argv = [sys.executable, str(FAKE), "-m", str(TARGET), "--port", str(port)]
         if drafter:
-            argv += ["-md", str(drafter)]
+            argv += ["-md", str(drafter), "--spec-draft-n-max", "15"]
         env = {**os.environ, "FAKE_ENGINE": engine, "LLAMA_TRACE": "1"}
         out = open(log, "wb") if log else subprocess.DEVNULL
         procs.append(subprocess.Popen(argv, env=env, stdout=out, stderr=out))

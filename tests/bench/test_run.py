@@ -39,7 +39,9 @@ def test_reports_what_the_server_counted(run_fake, drafters):
     assert rep["modes"] == ["think", "no-think"]  # the template has the enable_thinking switch
     assert [c["name"] for c in rep["configurations"]] == ["baseline", "good.gguf", "bad.gguf"]
     assert rep["configurations"][1]["spec_type"] == "draft-dflash" and rep["configurations"][1]["n_draft"] == 15
-    assert "--spec-type" in rep["configurations"][1]["argv"] and "-md" in rep["configurations"][1]["argv"]
+    argv = rep["configurations"][1]["argv"]
+    assert "--spec-type" in argv and "-md" in argv
+    assert argv[argv.index("--spec-draft-n-max") + 1] == "15"  # the whole block, not llama-server's 3
     for name in ("good", "bad"):
         for think, mode in ((True, "think"), (False, "no-think")):
             steps = expected_steps(drafters[name], think=think)
@@ -97,6 +99,19 @@ def test_trace_that_disagrees_with_timings_is_dropped_not_trusted(run_fake, monk
     assert row["source"] == "totals" and row["per_position"] is None and row["acceptance_rate"]["mean"] > 0
     assert any("trace and timings disagree" in n for n in row["notes"])
     assert "trace and timings disagree" in se
+
+
+@pytest.mark.parametrize("extra,n", [(["--draft-max", "4"], 4), (["--server-args", "--spec-draft-n-max 6"], 6),
+                                     (["--draft-max", "99"], 15)])
+def test_draft_max(run_fake, drafters, extra, n):
+    code, rep, _, se = run_fake("--thinking", "on", *extra, drafter_names=("good",))
+    assert code == 0, se
+    cfg = rep["configurations"][1]
+    assert cfg["n_draft"] == n and cfg["argv"].count("--spec-draft-n-max") == 1
+    steps = [[s for s in fake.plan(templated(p.text, True), N, str(drafters["good"]), 0, 0.0, n) if s[0]]
+             for p in load_suite("code", 2).prompts]
+    row = next(r for r in rep["rows"] if r["config"] == "good.gguf")
+    assert row["runs"][0]["acceptance"] == Acceptance.of(steps, n).to_json()
 
 
 def test_raw_target_without_template(cli, tmp_path, fake_bin, fake_env, drafters):
