@@ -44,6 +44,13 @@ def plan_modes(opts, client) -> tuple[list[Mode], list[str]]:
     return _thinking_modes(opts.thinking, switch=on != off), notes
 
 
+def modes_for(suite, modes: list[Mode]) -> list[Mode]:
+    """A suite of raw prompts only (token ids, ``"raw": true``) is the same in every mode: run once."""
+    if all(p.raw for p in suite.prompts):
+        return [Mode("raw", False, None)]
+    return modes
+
+
 def _thinking_modes(thinking: str, switch: bool) -> list[Mode]:
     if not switch:
         return [Mode("chat", True, None)]

@@ -98,11 +98,12 @@ class BenchReport:
 def build_report(result: BenchResult) -> BenchReport:
     rows = []
     for c in result.configs:
-        for suite in result.suites:
-            for mode in result.modes:
-                recs = [q for q in c.records if q.suite == suite.name and q.mode == mode.label]
-                if recs:
-                    rows.append(_row(c, suite.name, mode.label, recs, result))
+        for suite, mode in dict.fromkeys((q.suite, q.mode) for q in c.records):  # run order
+            recs = [q for q in c.records if q.suite == suite and q.mode == mode]
+            rows.append(_row(c, suite, mode, recs, result))
+    # suite, then mode, then configuration: the rows to compare sit together, the baseline first
+    groups = list(dict.fromkeys((r.suite, r.mode) for r in rows))
+    rows.sort(key=lambda r: groups.index((r.suite, r.mode)))
     _add_baseline_numbers(rows, result)
     return BenchReport(result, rows, _comparisons(rows))
 

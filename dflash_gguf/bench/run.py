@@ -17,7 +17,7 @@ from typing import Any, Callable
 from ..errors import ServerError, UsageError
 from . import memory, trace
 from .client import Completion, RequestFailed, client_for
-from .modes import Mode, plan_modes
+from .modes import Mode, modes_for, plan_modes
 from .server import LlamaServer, ServerSpec
 from .suites import Suite, load_suite
 
@@ -295,7 +295,7 @@ def _run_config(opts: BenchOptions, c: ConfigResult, suites: list[Suite], result
     follow = _follower(opts, srv)
     if follow is not None:
         follow.mark()
-    total = opts.runs * sum(len(s.prompts) for s in suites) * len(result.modes)
+    total = opts.runs * sum(len(s.prompts) * len(modes_for(s, result.modes)) for s in suites)
     emit(Event("start", c.name, total))
     first = suites[0].prompts[0]
     for _ in range(opts.warmup):  # graph allocation and first-touch page faults are not the drafter's fault
@@ -306,7 +306,7 @@ def _run_config(opts: BenchOptions, c: ConfigResult, suites: list[Suite], result
             _claim_task(follow)  # its lines must not be taken for the first measured request's
     for run in range(opts.runs):
         for suite in suites:
-            for mode in result.modes:
+            for mode in modes_for(suite, result.modes):
                 for i, p in enumerate(suite.prompts):
                     # sampled runs draw differently per run and prompt, reproducibly from --seed
                     seed = opts.seed + run * 100_003 + i if opts.temperature > 0 else opts.seed

@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from ..errors import Interrupted, UsageError
+from ..errors import Interrupted, OutputError, UsageError
 from ._app import app
 from ._common import err, esc, note, out, warn
 
@@ -59,6 +59,10 @@ def bench_cmd(
         from ..bench.plots import require_matplotlib
 
         require_matplotlib()  # before an hour of running, not after
+    if json_path is not None and str(json_path) != "-" and not json_path.parent.is_dir():
+        raise UsageError(f"--json {json_path}: directory {json_path.parent} does not exist")  # now, not after the run
+    if server_log is not None and not server:
+        raise UsageError("--server-log reads the log of a running server: use it with --server")
     servers = tuple(_named_url(s, i) for i, s in enumerate(server or []))
     launching = not servers and baseline_server is None
     opts = BenchOptions(
@@ -87,7 +91,10 @@ def bench_cmd(
         if str(json_path) == "-":
             typer.echo(text, nl=False)
         else:
-            json_path.write_text(text, encoding="utf-8")
+            try:
+                json_path.write_text(text, encoding="utf-8")
+            except OSError as exc:
+                raise OutputError(f"--json {json_path}: cannot write it ({exc.strerror})") from None
     if json_path is None or str(json_path) != "-":
         _render(report)
     for n in result.notes:
@@ -173,6 +180,9 @@ def _render(report) -> None:
         d = c.get("mean_acceptance_length")
         if d is None:
             continue
-        verdict = "real (> 1σ)" if d["real"] else "within 1σ: not a real difference"
+        if d["delta"] == 0 and d["sigma"] == 0:
+            verdict = "identical"
+        else:
+            verdict = "real (> 1σ)" if d["real"] else "within 1σ: not a real difference"
         out.print(f"{c['suite']} · {c['mode']}: {c['b']} vs {c['a']}: mean length {d['delta']:+.3f} "
                   f"(σ {d['sigma']:.3f}, {verdict})", markup=False)

@@ -60,3 +60,14 @@ def test_vllm_and_sglang():
     assert labels(opts(engine="vllm", target=None, thinking="both"))[0] == ["think", "no-think"]
     got, notes = labels(opts(engine="sglang", target=None, thinking="on"))
     assert got == ["raw"] and "raw text" in notes[0]
+
+
+def test_a_suite_of_raw_prompts_runs_once():
+    from dflash_gguf.bench.modes import Mode, modes_for
+    from dflash_gguf.bench.suites import Prompt, Suite
+
+    modes = [Mode("think", True, True), Mode("no-think", True, False)]
+    ids = Suite("ids", (Prompt("a", "1 2", True, (1, 2)),), "t")
+    mixed = Suite("m", (Prompt("a", "1 2", True, (1, 2)), Prompt("b", "hi")), "t")
+    assert [m.label for m in modes_for(ids, modes)] == ["raw"]
+    assert modes_for(mixed, modes) == modes
