@@ -1,4 +1,4 @@
-"""Every exit code of the CLI, in one place: the exception hierarchy (1-8, 30, 130) and the
+"""Every exit code of the CLI, in one place: the exception hierarchy (1-8, 30, 40-41, 130) and the
 verdict codes of the commands whose answer can be "no" (10-13, 20).
 
 The CLI catches DflashError only and prints ``str(err)`` as one line. Exit codes are
@@ -59,6 +59,18 @@ class ParityFailure(DflashError):
     """The lossless check failed: speculative output differs from plain greedy decoding."""
 
     exit_code = 30
+
+
+class ServerError(DflashError):
+    """The inference server could not be started, died, or answered something unusable."""
+
+    exit_code = 40
+
+
+class MemoryGuardError(DflashError):
+    """A bench configuration's model files exceed the memory the user allows (--max-memory)."""
+
+    exit_code = 41
 
 
 class Interrupted(DflashError):

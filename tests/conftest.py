@@ -105,3 +105,24 @@ def llama_cpp_src() -> Path | None:
         return Path(env)
     local = Path("/tmp/sdist/llama_cpp_python-0.3.36/vendor/llama.cpp")  # a developer's unpacked sdist
     return local if ok(local) else None
+
+
+@pytest.fixture(scope="session")
+def llama_server_bin() -> Path:
+    """A built llama-server: ``$DFLASH_LLAMA_SERVER``, else ``<repo>/.cache/llama.cpp-build/bin/llama-server``
+    (the vendored llama.cpp built by the Makefile), else ``llama-server`` on PATH; skips when none.
+    Set but wrong fails the run instead of skipping (a CI misconfiguration)."""
+    import shutil
+
+    env = os.environ.get("DFLASH_LLAMA_SERVER")
+    if env:
+        if not (Path(env).is_file() and os.access(env, os.X_OK)):
+            pytest.fail(f"DFLASH_LLAMA_SERVER={env} is not an executable llama-server")
+        return Path(env)
+    local = ROOT / ".cache" / "llama.cpp-build" / "bin" / "llama-server"
+    if local.is_file() and os.access(local, os.X_OK):
+        return local
+    found = shutil.which("llama-server")
+    if found:
+        return Path(found)
+    pytest.skip("no llama-server: build the vendored llama.cpp (.cache/llama.cpp-build) or set DFLASH_LLAMA_SERVER")

@@ -20,7 +20,7 @@ from ._app import app
 from ._common import err, error_line
 
 # Command groups, one module each. A module that does not exist yet is simply absent.
-_COMMAND_MODULES = ("convert", "inspect", "quantize", "checks", "compare", "parity")
+_COMMAND_MODULES = ("convert", "inspect", "quantize", "checks", "compare", "parity", "bench")
 for _name in _COMMAND_MODULES:
     try:
         importlib.import_module(f"{__name__}.{_name}")

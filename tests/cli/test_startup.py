@@ -39,6 +39,7 @@ CASES = [
     (["check", "--help"], 0),
     (["check-instruct", "--help"], 0),
     (["inspect", "--help"], 0),
+    (["bench", "--help"], 0),
     (["check", DRAFTER], 0),
     (["check", "--json", DRAFTER], 0),
     (["check", DRAFTER, "--target", TARGET], 0),

@@ -1,0 +1,400 @@
+"""The bench matrix: configurations (a no-draft baseline, then each drafter) × suites × chat
+modes × runs, one request at a time, recording what the server counted for each request.
+
+A configuration we launch gets its own llama-server (the drafter is a load-time choice), started
+after the memory guard and stopped before the next one starts; with ``--server`` the servers are
+the user's and stay up. Prompts go in the same order in every configuration, so at temperature
+0 each drafter's output can be compared with the baseline's text (speculative decoding is
+meant to be lossless).
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from ..errors import ServerError, UsageError
+from . import memory, trace
+from .client import Completion, RequestFailed, client_for
+from .modes import Mode, modes_for, plan_modes
+from .server import LlamaServer, ServerSpec
+from .suites import Suite, load_suite
+
+TRACE_WAIT_S = 5.0  # the log writer thread trails the HTTP answer by milliseconds; this is generous
+WARMUP_TOKENS = 16
+
+
+@dataclass
+class BenchOptions:
+    target: Path | None = None
+    drafters: tuple[Path, ...] = ()
+    server_bin: Path | None = None             # resolved llama-server (launch mode)
+    servers: tuple[tuple[str, str], ...] = ()  # (name, url) of running servers (--server)
+    baseline_server: str | None = None         # URL of a running no-draft server
+    server_log: Path | None = None             # the running llama-server's LLAMA_TRACE log
+    engine: str = "llama.cpp"
+    suites: tuple[str, ...] = ("chat",)
+    limit: int | None = None
+    runs: int = 1
+    n_predict: int = 128
+    temperature: float = 0.0
+    seed: int = 0
+    ignore_eos: bool = False
+    thinking: str = "auto"                     # auto | on | off | both
+    raw: bool = False                          # never apply a chat template
+    baseline: bool = True
+    max_memory_gib: float | None = None        # None: the default share of MemAvailable
+    server_args: tuple[str, ...] = ()
+    port: int | None = None
+    ctx_size: int | None = None
+    threads: int | None = None
+    draft_max: int | None = None               # None: the drafter's whole block (llama-server's default is 3)
+    warmup: int = 1
+    startup_timeout: float = 300.0
+    request_timeout: float = 600.0
+
+    @property
+    def launching(self) -> bool:
+        return not self.servers and self.baseline_server is None
+
+
+@dataclass
+class RequestRecord:
+    suite: str
+    mode: str
+    run: int
+    prompt_id: str
+    text: str
+    prompt_n: int | None
+    predicted_n: int
+    decode_s: float | None
+    wall_s: float
+    drafted: int | None
+    accepted: int | None
+    verify_steps: int | None
+    steps: list[tuple[int, int]] | None = None     # per verification step, in order (llama.cpp trace)
+    per_position: list[int] | None = None          # vLLM counters
+    histogram: list[int] | None = None             # SGLang meta_info
+
+
+@dataclass
+class ConfigResult:
+    name: str
+    drafter: Path | None
+    url: str
+    spec_type: str | None = None
+    n_draft: int | None = None
+    model_bytes: int | None = None
+    argv: list[str] | None = None
+    records: list[RequestRecord] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def is_baseline(self) -> bool:
+        return self.name == "baseline"
+
+
+@dataclass
+class BenchResult:
+    settings: dict[str, Any]
+    suites: list[Suite]
+    modes: list[Mode]
+    configs: list[ConfigResult]
+    server_info: dict[str, Any] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Event:
+    """Progress: ``kind`` is "start" (a configuration, with ``total`` requests), "step", "end"."""
+
+    kind: str
+    config: str
+    total: int = 0
+    message: str = ""
+
+
+Progress = Callable[[Event], None]
+
+
+def run_bench(opts: BenchOptions, progress: Progress | None = None) -> BenchResult:
+    """Run every configuration; see the module docstring.
+
+    Raises:
+        UsageError: contradictory options, a bad suite.
+        MemoryGuardError: a configuration's files exceed the allowed memory (checked for all
+            configurations before anything starts, and again before each start).
+        ServerError: a server cannot start, dies, or answers badly (it is stopped first).
+        KeyboardInterrupt: Ctrl-C or SIGTERM; the server is stopped on the way out.
+    """
+    emit = progress or (lambda e: None)
+    _validate(opts)
+    suites = [load_suite(s, opts.limit) for s in opts.suites]
+    configs = _configs(opts)
+    limit, how = _limit(opts)
+    if opts.launching:
+        for c in configs:  # all of them up front: fail in a second, not after an hour of the others
+            c.model_bytes = memory.check(c.name, _files(opts, c), limit, how)
+    result = BenchResult(settings=_settings(opts, limit, how), suites=suites, modes=[], configs=configs)
+    for c in configs:
+        if opts.launching:
+            memory.check(c.name, _files(opts, c), *_limit(opts))  # free memory may have shrunk meanwhile
+            spec = _server_spec(opts, c)
+            with LlamaServer(spec) as srv:
+                c.url, c.argv = srv.url, spec.argv(srv.port)
+                _run_config(opts, c, suites, result, emit, srv)
+        else:
+            _reachable(c)
+            _run_config(opts, c, suites, result, emit, None)
+    return result
+
+
+def _reachable(c: ConfigResult) -> None:
+    """A running server answers /health (llama-server, vLLM and SGLang all serve it) before we start."""
+    from .client import call
+
+    try:
+        call(c.url, "/health", timeout=10, raw=True)
+    except RequestFailed as exc:
+        if exc.lost:
+            raise ServerError(f"{c.url} ({c.name}): nothing answers ({exc}); start the server first or fix --server") from None
+        # an HTTP error status still proves a server is there (llama-server says 503 while loading)
+
+
+def _validate(opts: BenchOptions) -> None:
+    if opts.runs < 1:
+        raise UsageError(f"--runs {opts.runs}: must be at least 1")
+    if opts.n_predict < 1:
+        raise UsageError(f"--n-predict {opts.n_predict}: must be at least 1")
+    if opts.draft_max is not None and opts.draft_max < 1:
+        raise UsageError(f"--draft-max {opts.draft_max}: must be at least 1")
+    if opts.thinking not in ("auto", "on", "off", "both"):
+        raise UsageError(f"--thinking {opts.thinking!r}: choose auto, on, off or both")
+    if opts.launching:
+        if opts.engine != "llama.cpp":
+            raise UsageError(f"--engine {opts.engine}: bench launches llama-server only; point --server at a running "
+                             f"{opts.engine} endpoint instead")
+        if opts.target is None:
+            raise UsageError("give --target T.gguf (bench launches llama-server), or --server URL for a running server")
+        if not opts.drafters and not opts.baseline:
+            raise UsageError("nothing to run: give --drafter D.gguf, or drop --no-baseline")
+    elif opts.drafters or opts.target is not None:
+        raise UsageError("--server measures the model its server already loaded: drop --target/--drafter, "
+                         "or drop --server to let bench launch llama-server")
+
+
+def _configs(opts: BenchOptions) -> list[ConfigResult]:
+    if not opts.launching:
+        out = [ConfigResult("baseline", None, opts.baseline_server)] if opts.baseline_server else []
+        return out + [ConfigResult(name, None, url) for name, url in opts.servers]
+    out = [ConfigResult("baseline", None, "")] if opts.baseline else []
+    names = _unique_names(opts.drafters)
+    for d, name in zip(opts.drafters, names):
+        c = ConfigResult(name, d, "")
+        c.spec_type, c.n_draft, note = drafter_kind(d)
+        if note:
+            c.notes.append(note)
+        out.append(c)
+    return out
+
+
+def _unique_names(paths: tuple[Path, ...]) -> list[str]:
+    names = [p.name for p in paths]
+    return [str(p) if names.count(p.name) > 1 else p.name for p in paths]
+
+
+def drafter_kind(path: Path) -> tuple[str | None, int | None, str | None]:
+    """(``--spec-type`` as llama.cpp spells it, drafts per step, a note) from the drafter's header.
+
+    The runtime's rule (common/speculative.cpp): architecture ``dflash`` with a ``markov_w1``
+    tensor is DSpark, without it DFlash; a step drafts block_size − 1 tokens (block_size for a
+    DSpark head that samples from its anchor).
+    """
+    from ..fileio.gguf_header import read_header
+
+    h = read_header(path)
+    if h.arch != "dflash":
+        return None, None, (f"{path.name}: architecture {h.arch!r} is not dflash; llama-server picks the "
+                            "speculative type itself")
+    dspark = "markov_w1.weight" in h.tensors_by_name
+    block = h.get("dflash.block_size")
+    n = None
+    if isinstance(block, int):
+        n = block if dspark and h.get("dflash.sample_from_anchor") is True else block - 1
+    return ("draft-dspark" if dspark else "draft-dflash"), n, None
+
+
+def _files(opts: BenchOptions, c: ConfigResult) -> dict[str, Path]:
+    files = {"target": opts.target}
+    if c.drafter is not None:
+        files["drafter"] = c.drafter
+    return files
+
+
+def _limit(opts: BenchOptions) -> tuple[float | None, str]:
+    if opts.max_memory_gib is not None:
+        return opts.max_memory_gib * memory.GIB, "--max-memory"
+    return memory.default_limit()
+
+
+def _server_spec(opts: BenchOptions, c: ConfigResult) -> ServerSpec:
+    ctx = opts.ctx_size or max(4096, opts.n_predict + 2048)
+    extra = list(opts.server_args)
+    if c.drafter is not None:
+        c.n_draft = _draft_max(opts, c, extra)
+    return ServerSpec(bin=opts.server_bin, target=opts.target, drafter=c.drafter, spec_type=c.spec_type,
+                      port=opts.port, ctx_size=ctx, threads=opts.threads, extra_args=tuple(extra),
+                      startup_timeout=opts.startup_timeout)
+
+
+def _draft_max(opts: BenchOptions, c: ConfigResult, extra: list[str]) -> int | None:
+    """Drafts per step. llama-server drafts 3 tokens unless told (``--spec-draft-n-max``), a
+    fifth of a DFlash block: bench asks for the whole block (block_size − 1, read from the GGUF)
+    unless ``--draft-max`` or the user's own ``--server-args`` say otherwise."""
+    for flag in ("--spec-draft-n-max",):
+        if flag in extra:
+            i = extra.index(flag)
+            try:
+                return int(extra[i + 1])
+            except (IndexError, ValueError):
+                return c.n_draft
+    n = opts.draft_max if opts.draft_max is not None else c.n_draft
+    if n is not None:
+        if c.n_draft is not None and n > c.n_draft:
+            c.notes.append(f"--draft-max {n} exceeds the drafter's block ({c.n_draft} drafts): llama-server clamps it")
+            n = c.n_draft
+        extra += ["--spec-draft-n-max", str(n)]
+    return n
+
+
+def _settings(opts: BenchOptions, limit: float | None, how: str) -> dict[str, Any]:
+    return {
+        "engine": opts.engine, "target": None if opts.target is None else str(opts.target),
+        "drafters": [str(d) for d in opts.drafters], "server_bin": None if opts.server_bin is None else str(opts.server_bin),
+        "servers": [{"name": n, "url": u} for n, u in opts.servers], "baseline_server": opts.baseline_server,
+        "suites": list(opts.suites), "limit": opts.limit, "runs": opts.runs, "n_predict": opts.n_predict,
+        "temperature": opts.temperature, "seed": opts.seed, "ignore_eos": opts.ignore_eos,
+        "thinking": opts.thinking, "raw": opts.raw, "ctx_size": opts.ctx_size, "threads": opts.threads,
+        "server_args": list(opts.server_args), "draft_max": opts.draft_max, "warmup": opts.warmup,
+        "max_memory_bytes": limit, "max_memory_from": how,
+    }
+
+
+# --- one configuration ----------------------------------------------------------------------
+
+def _run_config(opts: BenchOptions, c: ConfigResult, suites: list[Suite], result: BenchResult, emit: Progress,
+                srv: LlamaServer | None) -> None:
+    client = client_for(opts.engine, c.url, opts.request_timeout)
+    if not result.modes:
+        result.modes, notes = plan_modes(opts, client)
+        result.notes += notes
+        if opts.engine == "llama.cpp":
+            props = _guard(lambda: client.props(), srv, c, "while reading /props")
+            result.server_info = {k: props.get(k) for k in ("build_info", "model_path") if props.get(k)}
+    follow = _follower(opts, srv)
+    if follow is not None:
+        follow.mark()
+    total = opts.runs * sum(len(s.prompts) * len(modes_for(s, result.modes)) for s in suites)
+    emit(Event("start", c.name, total))
+    first = suites[0].prompts[0]
+    for _ in range(opts.warmup):  # graph allocation and first-touch page faults are not the drafter's fault
+        m = result.modes[0]
+        _guard(lambda: client.complete(first.payload, min(WARMUP_TOKENS, opts.n_predict), opts.temperature, opts.seed,
+                                       chat=m.chat and not first.raw, thinking=m.thinking), srv, c, "during warm-up")
+        if follow is not None:
+            _claim_task(follow)  # its lines must not be taken for the first measured request's
+    for run in range(opts.runs):
+        for suite in suites:
+            for mode in modes_for(suite, result.modes):
+                for i, p in enumerate(suite.prompts):
+                    # sampled runs draw differently per run and prompt, reproducibly from --seed
+                    seed = opts.seed + run * 100_003 + i if opts.temperature > 0 else opts.seed
+                    where = f"on prompt {p.id} ({suite.name}, {mode.label}, run {run + 1}) of {c.name}"
+                    comp = _guard(lambda: client.complete(p.payload, opts.n_predict, opts.temperature, seed,
+                                                          ignore_eos=opts.ignore_eos, chat=mode.chat and not p.raw,
+                                                          thinking=mode.thinking), srv, c, where)
+                    rec = _record(suite.name, mode.label, run, p.id, comp)
+                    if follow is not None:
+                        _attach_trace(rec, _claim_task(follow), c, where)
+                    c.records.append(rec)
+                    emit(Event("step", c.name, total, p.id))
+    emit(Event("end", c.name, total))
+
+
+def _guard(fn, srv: LlamaServer | None, c: ConfigResult, where: str):
+    try:
+        return fn()
+    except RequestFailed as exc:
+        if srv is not None:
+            died = srv.died_error(where)
+            if died is not None:
+                raise died from None
+            raise ServerError(f"llama-server (pid {srv.pid}) failed {where}: {exc}; {srv.log_tail()}") from None
+        hint = "is the server up and is --engine right?" if exc.lost else "check the server's log"
+        raise ServerError(f"{c.url} failed {where}: {exc} ({hint})") from None
+
+
+def _record(suite: str, mode: str, run: int, pid: str, comp: Completion) -> RequestRecord:
+    return RequestRecord(suite=suite, mode=mode, run=run, prompt_id=pid, text=comp.text, prompt_n=comp.prompt_n,
+                         predicted_n=comp.predicted_n, decode_s=comp.decode_s, wall_s=comp.wall_s,
+                         drafted=comp.drafted, accepted=comp.accepted, verify_steps=comp.verify_steps,
+                         per_position=comp.per_position, histogram=comp.histogram)
+
+
+def _follower(opts: BenchOptions, srv: LlamaServer | None) -> trace.LogFollower | None:
+    if opts.engine != "llama.cpp":
+        return None
+    if srv is not None:
+        return trace.LogFollower(srv.read_log_bytes, srv.log_size)
+    if opts.server_log is not None:
+        path = opts.server_log
+
+        def read(offset: int) -> bytes:
+            try:
+                with open(path, "rb") as f:
+                    f.seek(offset)
+                    return f.read()
+            except OSError:
+                return b""
+
+        return trace.LogFollower(read, lambda: path.stat().st_size if path.exists() else 0)
+    return None
+
+
+def _claim_task(follow: trace.LogFollower) -> list[trace.TaskTrace]:
+    """The tasks the server finished since the last claim, waiting for the log to catch up."""
+    deadline = time.monotonic() + TRACE_WAIT_S
+    while True:
+        done = [t for t in trace.parse(follow.lines()).values() if t.done]
+        if done or time.monotonic() > deadline:
+            break
+        time.sleep(0.02)
+    follow.advance()
+    return done
+
+
+def _attach_trace(rec: RequestRecord, done: list[trace.TaskTrace], c: ConfigResult, where: str) -> None:
+    """This request's verification steps from the log, kept only when they add up to ``timings``."""
+    if not done:
+        if rec.drafted:
+            _note(c, "no LLAMA_TRACE step lines in the server log (a build without them?): per-position "
+                     "acceptance, histogram and drift are unavailable")
+        return
+    if len(done) > 1:
+        _note(c, "the server finished several tasks during one request (another client?): steps not attributed")
+        return
+    t = done[0]
+    if (t.drafted, t.accepted) != (rec.drafted or 0, rec.accepted or 0):
+        _note(c, f"trace and timings disagree {where}: trace {t.accepted}/{t.drafted}, timings "
+                 f"{rec.accepted}/{rec.drafted} (accepted/drafted); that request's steps were dropped")
+        return
+    if t.unreplayed:
+        _note(c, f"{t.unreplayed} checkpoint restore(s) without a replay line {where}")
+    rec.steps = list(t.steps)
+    rec.verify_steps = len(t.steps)
+
+
+def _note(c: ConfigResult, text: str) -> None:
+    if text not in c.notes:
+        c.notes.append(text)

@@ -1,0 +1,172 @@
+"""`bench` against a real llama-server built from the vendored llama.cpp (marked: CI builds it).
+
+The pair: ``fixtures/runtime/{target.gguf,drafter.gguf,prompts.jsonl}`` when present (a tiny
+pair trained so the target really accepts drafts); until then the untrained fixtures, a target
+GGUF written by llama.cpp's own converter from ``fixtures/targets/qwen3-tiny`` and our conversion
+of ``fixtures/drafters/qwen3-flat``: they accept next to nothing, but every mechanism runs (the
+launch with ``--spec-type draft-dflash``, the trace, the timings, the stop). What bench reports
+must be what the server counted, request by request.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.bench.conftest import bench_json, pid_gone
+from tests.conftest import DRAFTERS, FIXTURES, TARGETS, llama_cpp_src
+
+pytestmark = [pytest.mark.slow, pytest.mark.llama_server]
+
+RUNTIME = FIXTURES / "runtime"
+PROMPT_IDS = ([1, 5, 9, 33, 71, 100, 7, 250], [12, 40, 41, 42, 300, 301, 17], [3, 3, 90, 91, 92, 93])
+N = 32
+
+# llama.cpp's converter refuses a BPE pre-tokenizer hash it does not know (the fixture's is
+# synthetic); our converter's choice for it, 'qwen2', is what the target GGUF gets instead.
+_CONVERT = r'''
+import os, runpy, sys
+src = os.environ["DFLASH_LLAMA_CPP_SRC"]
+sys.path[:0] = [src, os.path.join(src, "gguf-py")]
+import conversion.base as base
+orig = base.TextModel.get_vocab_base_pre
+def patched(self, tokenizer):
+    try:
+        return orig(self, tokenizer)
+    except NotImplementedError:
+        return "qwen2"
+base.TextModel.get_vocab_base_pre = patched
+sys.argv = [os.path.join(src, "convert_hf_to_gguf.py")] + sys.argv[1:]
+runpy.run_path(sys.argv[0], run_name="__main__")
+'''
+
+
+@pytest.fixture(scope="session")
+def pair(tmp_path_factory) -> dict:
+    """{"target", "drafter", "prompts", "trained", and for the untrained pair the HF dirs}."""
+    if (RUNTIME / "target.gguf").is_file() and (RUNTIME / "drafter.gguf").is_file():
+        return {"target": RUNTIME / "target.gguf", "drafter": RUNTIME / "drafter.gguf",
+                "prompts": RUNTIME / "prompts.jsonl", "trained": True}
+    src = llama_cpp_src()
+    if src is None:
+        pytest.skip("llama.cpp source not found (DFLASH_LLAMA_CPP_SRC): needed to write the target GGUF")
+    pytest.importorskip("torch")  # llama.cpp's converter imports it
+    d = tmp_path_factory.mktemp("pair")
+    target = d / "target.gguf"
+    r = subprocess.run([sys.executable, "-c", _CONVERT, str(TARGETS / "qwen3-tiny"), "--outtype", "f32", "--outfile",
+                        str(target)], env={**os.environ, "DFLASH_LLAMA_CPP_SRC": str(src)}, capture_output=True,
+                       text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    from dflash_gguf.cli import main
+
+    drafter = d / "drafter.gguf"
+    assert main(["convert", str(DRAFTERS / "qwen3-flat"), "--target-dir", str(TARGETS / "qwen3-tiny"),
+                 "-o", str(drafter)]) == 0
+    prompts = d / "prompts.jsonl"
+    prompts.write_text("".join(json.dumps({"prompt_ids": p}) + "\n" for p in PROMPT_IDS))
+    return {"target": target, "drafter": drafter, "prompts": prompts, "trained": False,
+            "target_dir": TARGETS / "qwen3-tiny", "drafter_dir": DRAFTERS / "qwen3-flat"}
+
+
+@pytest.fixture(scope="session")
+def real_report(pair, llama_server_bin, tmp_path_factory):
+    """One bench run on the real server, shared by the assertions below."""
+    from dflash_gguf.cli import main
+
+    out = tmp_path_factory.mktemp("real") / "r.json"
+    code = main(["bench", "--server-bin", str(llama_server_bin), "--target", str(pair["target"]),
+                 "--drafter", str(pair["drafter"]), "--suite", str(pair["prompts"]), "--suite", "maths",
+                 "--limit", "3", "--n-predict", str(N), "--ignore-eos", "--threads", "2", "--runs", "2",
+                 "--json", str(out)])
+    assert code == 0
+    return json.loads(out.read_text())
+
+
+def test_launches_with_the_runtime_spelling(real_report, pair):
+    cfg = {c["name"]: c for c in real_report["configurations"]}
+    argv = cfg[pair["drafter"].name]["argv"]
+    assert argv[argv.index("--spec-type") + 1] == "draft-dflash" and str(pair["drafter"]) in argv
+    assert "-md" not in cfg["baseline"]["argv"]
+    assert real_report["server"].get("build_info")
+
+
+def test_reports_what_the_server_counted(real_report, pair):
+    reqs = [q for q in real_report["requests"] if q["config"] == pair["drafter"].name]
+    assert reqs and all(q["drafted"] > 0 for q in reqs), "the server never drafted"
+    for q in reqs:  # every request's trace adds up to its timings (or bench would have dropped it)
+        assert q["steps"] is not None, q
+        assert sum(s[0] for s in q["steps"]) == q["drafted"]
+        assert sum(s[1] for s in q["steps"]) == q["accepted"]
+        assert q["predicted_n"] == N
+    for row in (r for r in real_report["rows"] if r["config"] == pair["drafter"].name):
+        assert row["source"] == "trace" and not any("disagree" in n for n in row["notes"])
+        for i, run in enumerate(row["runs"]):
+            mine = [q for q in reqs if q["suite"] == row["suite"] and q["mode"] == row["mode"] and q["run"] == i]
+            assert run["acceptance"]["drafted"] == sum(q["drafted"] for q in mine)
+            assert run["acceptance"]["accepted"] == sum(q["accepted"] for q in mine)
+        assert row["acceptance_rate"]["sd"] == 0  # greedy: both runs accept the same
+    base = [q for q in real_report["requests"] if q["config"] == "baseline"]
+    assert base and all(not q["drafted"] for q in base)
+
+
+def test_mean_acceptance_agrees_with_parity_emulating_llama_cpp(real_report, pair, tmp_path):
+    if not pair["trained"]:
+        target, drafter = pair["target_dir"], pair["drafter_dir"]
+    elif (RUNTIME / "target").is_dir() and (RUNTIME / "drafter").is_dir():
+        target, drafter = RUNTIME / "target", RUNTIME / "drafter"
+    else:
+        pytest.skip("fixtures/runtime has no checkpoint dirs for parity's reference")
+    from dflash_gguf.cli import main
+
+    out = tmp_path / "parity.json"
+    assert main(["parity", "--target", str(target), "--drafter", str(drafter), "--prompts-file", str(pair["prompts"]),
+                 "--max-new-tokens", str(N), "--emulate", "llama.cpp", "--device", "cpu", "--json", str(out)]) in (0, 30)
+    doc = json.loads(out.read_text())
+    prompts = doc.get("prompts") or [doc]
+    emulated = [p["emulated"] for p in prompts]
+    steps = sum(len(e["acceptance_lengths"]) for e in emulated)
+    accepted = sum(sum(a - 1 for a in e["acceptance_lengths"]) for e in emulated)
+    parity_len = 1 + accepted / steps
+    suite = pair["prompts"].stem
+    row = next(r for r in real_report["rows"] if r["config"] == pair["drafter"].name and r["suite"] == suite)
+    assert row["mean_acceptance_length"]["mean"] == pytest.approx(parity_len, abs=0.25)
+
+
+def test_a_real_server_killed_mid_run_is_one_line_and_gone(pair, llama_server_bin, cli, tmp_path, monkeypatch):
+    """The real binary dies (we SIGKILL it from the first request's progress event): exit 40, its pid gone."""
+    from dflash_gguf.bench import run as run_mod
+    from dflash_gguf.bench import server as server_mod
+
+    killed = []
+    real_guard = run_mod._guard
+
+    def guard(fn, srv, c, where):
+        if srv is not None and "run 1" in where and not killed:
+            killed.append(srv.pid)
+            os.kill(srv.pid, 9)
+        return real_guard(fn, srv, c, where)
+
+    monkeypatch.setattr(run_mod, "_guard", guard)
+    code, so, se = cli("bench", "--server-bin", llama_server_bin, "--target", pair["target"], "--suite", pair["prompts"],
+                       "--n-predict", 8, "--threads", 2)
+    assert code == 40 and killed
+    last = se.strip().splitlines()[-1]
+    assert last.startswith("error: llama-server (pid") and "died" in last
+    assert pid_gone(killed[0]) and not server_mod.live_pids()
+
+
+def test_bad_binary_and_port_in_use_with_the_real_server(pair, llama_server_bin, cli, tmp_path):
+    import socket
+
+    code, _, se = cli("bench", "--server-bin", tmp_path / "nope", "--target", pair["target"])
+    assert code == 40 and se.count("\n") == 1
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        code, _, se = cli("bench", "--server-bin", llama_server_bin, "--target", pair["target"],
+                          "--port", s.getsockname()[1])
+    assert code == 40 and "in use" in se and se.count("\n") == 1
+
