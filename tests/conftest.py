@@ -119,10 +119,10 @@ def llama_server_bin() -> Path:
         if not (Path(env).is_file() and os.access(env, os.X_OK)):
             pytest.fail(f"DFLASH_LLAMA_SERVER={env} is not an executable llama-server")
         return Path(env)
-    local = ROOT / ".cache" / "llama.cpp-build" / "bin" / "llama-server"
+    local = LLAMA_BIN / "llama-server"
     if local.is_file() and os.access(local, os.X_OK):
         return local
     found = shutil.which("llama-server")
     if found:
         return Path(found)
-    pytest.skip("no llama-server: build the vendored llama.cpp (.cache/llama.cpp-build) or set DFLASH_LLAMA_SERVER")
+    pytest.skip("no llama-server: build the vendored llama.cpp (`make runtime`) or set DFLASH_LLAMA_SERVER")
