@@ -103,8 +103,12 @@ def llama_cpp_src() -> Path | None:
         if not ok(Path(env)):
             pytest.fail(f"DFLASH_LLAMA_CPP_SRC={env} has no convert_hf_to_gguf.py and gguf-py/ (want vendor/llama.cpp)")
         return Path(env)
-    local = Path("/tmp/sdist/llama_cpp_python-0.3.36/vendor/llama.cpp")  # a developer's unpacked sdist
-    return local if ok(local) else None
+    # where `make test` unpacks it in this checkout, then a developer's unpacked sdist
+    for local in (ROOT / ".cache" / "llama_cpp_python-0.3.36" / "vendor" / "llama.cpp",
+                  Path("/tmp/sdist/llama_cpp_python-0.3.36/vendor/llama.cpp")):
+        if ok(local):
+            return local
+    return None
 
 
 @pytest.fixture(scope="session")
