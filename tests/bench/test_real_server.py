@@ -112,7 +112,11 @@ def test_reports_what_the_server_counted(real_report, pair):
     assert base and all(not q["drafted"] for q in base)
 
 
-def test_mean_acceptance_agrees_with_parity_emulating_llama_cpp(real_report, pair, tmp_path):
+def _parity_mean_length(pair, tmp_path, *extra: str) -> float:
+    """llama-server's mean length (1 + accepted / steps) from ``parity --emulate llama.cpp`` on
+    the same prompts. Parity's per-round committed count (z-lab's acceptance length, cut at
+    max_new_tokens) is 1 + what llama-server counts as accepted: the server trims its last draft
+    to the tokens still to predict, so the two agree round by round."""
     if not pair["trained"]:
         target, drafter = pair["target_dir"], pair["drafter_dir"]
     elif (RUNTIME / "target").is_dir() and (RUNTIME / "drafter").is_dir():
@@ -123,15 +127,48 @@ def test_mean_acceptance_agrees_with_parity_emulating_llama_cpp(real_report, pai
 
     out = tmp_path / "parity.json"
     assert main(["parity", "--target", str(target), "--drafter", str(drafter), "--prompts-file", str(pair["prompts"]),
-                 "--max-new-tokens", str(N), "--emulate", "llama.cpp", "--device", "cpu", "--json", str(out)]) in (0, 30)
+                 "--max-new-tokens", str(N), "--emulate", "llama.cpp", "--device", "cpu", "--json", str(out),
+                 *extra]) in (0, 30)
     doc = json.loads(out.read_text())
-    prompts = doc.get("prompts") or [doc]
-    emulated = [p["emulated"] for p in prompts]
+    emulated = [p["emulated"] for p in (doc.get("prompts") or [doc])]
     steps = sum(len(e["acceptance_lengths"]) for e in emulated)
-    accepted = sum(sum(a - 1 for a in e["acceptance_lengths"]) for e in emulated)
-    parity_len = 1 + accepted / steps
+    return sum(sum(e["acceptance_lengths"]) for e in emulated) / steps
+
+
+def _row(report, pair):
     suite = pair["prompts"].stem
-    row = next(r for r in real_report["rows"] if r["config"] == pair["drafter"].name and r["suite"] == suite)
+    return next(r for r in report["rows"] if r["config"] == pair["drafter"].name and r["suite"] == suite)
+
+
+def test_mean_acceptance_agrees_with_parity_emulating_llama_cpp(real_report, pair, tmp_path):
+    parity_len = _parity_mean_length(pair, tmp_path)
+    # The trained pair drafts its whole block far from any near-tie: the runtime and the reference
+    # take the same decision every round (15.5 both, measured). The untrained pair sits on ties.
+    tol = 1e-9 if pair["trained"] else 0.25
+    assert _row(real_report, pair)["mean_acceptance_length"]["mean"] == pytest.approx(parity_len, abs=tol)
+
+
+def test_a_short_draft_mixes_accepts_and_rejects_as_parity_predicts(pair, llama_server_bin, tmp_path):
+    """Three drafts per step (a 4-token block, llama-server's own default draft size): the trained
+    pair now rejects some drafts, so a swapped drafted/accepted count or a wrong histogram shows."""
+    if not pair["trained"]:
+        pytest.skip("needs the trained pair (fixtures/runtime)")
+    from dflash_gguf.cli import main
+
+    out = tmp_path / "short.json"
+    assert main(["bench", "--server-bin", str(llama_server_bin), "--target", str(pair["target"]),
+                 "--drafter", str(pair["drafter"]), "--suite", str(pair["prompts"]), "--n-predict", str(N),
+                 "--ignore-eos", "--threads", "2", "--draft-max", "3", "--no-baseline", "--json", str(out)]) == 0
+    report = json.loads(out.read_text())
+    row = _row(report, pair)
+    acc = row["runs"][0]["acceptance"]
+    assert 0 < acc["accepted"] < acc["drafted"] and acc["steps"] > len(report["requests"])
+    assert sum(1 for n in acc["histogram"] if n) > 1 and len(acc["per_position"]) == 3
+    for q in report["requests"]:
+        assert sum(s[0] for s in q["steps"]) == q["drafted"] and sum(s[1] for s in q["steps"]) == q["accepted"]
+    # The drafter was trained on 16-token blocks only: on 4-token ones its logits sit near ties, where
+    # llama.cpp's kernels and torch's differ in the last bits; measured 1.62 (server) vs 1.60 (parity).
+    parity_len = _parity_mean_length(pair, tmp_path, "--block-size", "4")
     assert row["mean_acceptance_length"]["mean"] == pytest.approx(parity_len, abs=0.25)
 
 
