@@ -63,6 +63,11 @@ def pair_vocab(d: GGUFHeader, t: GGUFHeader) -> Iterator[Finding]:
                           f"for another model family", f"key {key}", "pairing")
 
 
+# Target architectures whose mainline graph also exposes the last layer's output as "layer
+# n_layer's input" (src/models/{deepseek4,mimo2,nemotron-h}.cpp set t_layer_inp[n_layer]).
+_CAPTURES_LAST_LAYER = frozenset({"deepseek4", "mimo2", "nemotron_h", "nemotron_h_moe"})
+
+
 @pair_check
 def pair_drafter(d: GGUFHeader, t: GGUFHeader) -> Iterator[Finding]:
     got = drafter_format(d)
@@ -85,6 +90,13 @@ def pair_drafter(d: GGUFHeader, t: GGUFHeader) -> Iterator[Finding]:
             yield p(Severity.ERROR, "pair-taps-depth",
                     f"target layers {stored} (stored; z-lab ids {taps}) reach past the target's {depth} layers",
                     "")
+        elif fmt.name == "llama.cpp" and max(taps) == depth - 1 and ta not in _CAPTURES_LAST_LAYER:
+            # mainline captures the *input* of layer i + 1, and the last layer's output is the input
+            # of no layer: llama-server aborts on the first request ("layer input tensor is null").
+            yield p(Severity.ERROR, "pair-taps-last-layer",
+                    f"target layer {max(stored)} (stored; z-lab id {max(taps)}) is the output of the target's "
+                    f"last layer, which llama.cpp cannot capture (it reads layer inputs): it aborts on the first "
+                    f"request; the drafter needs taps below the target's last layer", "")
         else:
             ref = list(build_target_layer_ids(depth, len(taps)))
             for shift in (1, -1):

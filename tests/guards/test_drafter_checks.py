@@ -11,6 +11,13 @@ from tests.guards.conftest import FORMATS, V, assert_defect, rewrite
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_converted_drafters_are_clean_and_pair(cli, drafters, fmt):
     r = run_checks(drafters[fmt], target=drafters["target"])
+    if fmt == "llama.cpp":
+        # qwen3-nested taps z-lab layer 4, the last of its 5-layer target: legal for z-lab's
+        # reference, an abort in mainline llama.cpp (it captures layer inputs; a qwen3 graph has no
+        # input for layer 5). The guard is for the mainline format only.
+        assert [f.code for f in r.findings] == ["pair-taps-last-layer"]
+        assert cli("check", drafters[fmt], "--target", drafters["target"], "--deep", "--no-progress")[0] == 13
+        return
     assert r.findings == (), [f.message for f in r.findings]
     assert cli("check", drafters[fmt], "--target", drafters["target"], "--deep", "--no-progress")[0] == 0
 

@@ -37,6 +37,18 @@ def test_taps_shifted_by_one_are_flagged(cli, tmp_path):
                        "[1, 9, 17, 25, 33] for a 36-layer target shifted by +1" in out
 
 
+def test_a_tap_on_the_targets_last_layer_is_refused_for_llama_cpp(cli, tmp_path):
+    # Stored 36 = z-lab 35, the last layer of a 36-layer target: mainline reads the input of layer
+    # 36, which does not exist, and llama-server aborts on the first request (seen with the
+    # fixtures/runtime pair before its taps were moved below the last layer).
+    p = rewrite(DRAFTER, tmp_path / "d.gguf", set_kv={"dflash.target_layers": ([2, 10, 18, 26, 36], V.ARRAY, V.INT32)})
+    rc, out, _ = cli("check", p, "--target", QWEN)
+    assert rc == 13 and "pair-taps-last-layer: target layer 36 (stored; z-lab id 35) is the output of the target's " \
+                        "last layer" in out
+    ok = rewrite(DRAFTER, tmp_path / "ok.gguf", set_kv={"dflash.target_layers": ([2, 10, 18, 26, 35], V.ARRAY, V.INT32)})
+    assert "pair-taps-last-layer" not in cli("check", ok, "--target", QWEN)[1]
+
+
 def test_stale_drafter_for_an_mrope_target(cli, tmp_path):
     """A mainline drafter without rope.dimension_sections next to an M-RoPE target is stale
     (error, with the fix); retarget with that target adds [head_dim/2, 0, 0, 0] and clears it."""
