@@ -225,6 +225,11 @@ def version(dist: str) -> str:
         return "absent"
 
 
+def _native_quantize() -> str | None:
+    built = Path(__file__).resolve().parents[1] / ".cache" / "llama.cpp-build" / "bin" / "llama-quantize"
+    return str(built) if built.is_file() else shutil.which("llama-quantize")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--scale", type=float, default=1.0, help="model size: 1.0 = Qwen3-8B-DFlash shape (default)")
@@ -232,13 +237,16 @@ def main() -> None:
     ap.add_argument("--ftypes", default="q4_k_m,q8_0")
     ap.add_argument("--backends", default="numba,numpy", help="ours: comma list of numba, numpy")
     ap.add_argument("--threads", default=None, help="comma list of thread counts (default: 2 and all cores)")
-    ap.add_argument("--llama-quantize", default=shutil.which("llama-quantize"),
-                    help="a llama-quantize binary (default: on PATH; else llama_model_quantize via llama-cpp-python)")
+    ap.add_argument("--llama-quantize", default=_native_quantize(),
+                    help="a llama-quantize binary (default: `make runtime`'s build of the vendored llama.cpp, else "
+                         "on PATH; else llama_model_quantize via llama-cpp-python)")
     ap.add_argument("--no-reference", action="store_true", help="ours only")
     ap.add_argument("--baseline", type=Path, default=None,
                     help="another checkout of dflash-gguf (e.g. a `git archive` of main) to run alongside, alternated")
     ap.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "dflash-bench-quantize")
     args = ap.parse_args()
+    if args.llama_quantize:  # children run in the work dir
+        args.llama_quantize = str(Path(args.llama_quantize).resolve())
 
     try:
         all_cores = len(os.sched_getaffinity(0))
