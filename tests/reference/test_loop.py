@@ -241,8 +241,12 @@ def test_draft_context_cap_matches_an_independent_windowed_run(models):
         assert context.shape[0] == s.start
         lo = max(0, s.start - N)
 
-        def rope(a, b, lo=lo):  # a fresh cache starts at 0: shift to the absolute positions
-            return full(a + lo, b + lo)
+        class rope:  # a fresh cache starts at 0: shift to the absolute positions
+            def __call__(a, b, lo=lo):
+                return full(a + lo, b + lo)
+
+            def rolled(a, b, lo=lo):
+                return full.rolled(a + lo, b + lo)
 
         cache = drafter.new_cache(N + len(s.block))
         with torch.no_grad():
