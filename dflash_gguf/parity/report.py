@@ -33,11 +33,6 @@ class RunSummary:
     delta_vs_reference: dict[str, Any] | None = None
     notes: list[str] = field(default_factory=list)
 
-    @property
-    def acceptance(self) -> Acceptance:
-        """llama-server's acceptance statistics over this prompt's runs (each run one request)."""
-        return Acceptance.of(self.run_steps, self.n_draft)
-
     def to_json(self) -> dict[str, Any]:
         out = {
             "name": self.name, "format": self.format, "new_ids": self.new_ids, "steps": self.steps,
