@@ -78,11 +78,11 @@ def run_impl(args) -> dict:
         one(p)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats()
-    outputs, new_tokens, seconds = [], 0, []
+    outputs, new_tokens, seconds, cpu = [], 0, [], []
     for _ in range(args.repeat):
         # Best of `repeat` passes: on a shared machine the slowest passes measure the neighbours.
         sync()
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         outputs, new_tokens = [], 0
         for p in ps:
             out = one(p)
@@ -90,12 +90,36 @@ def run_impl(args) -> dict:
             new_tokens += len(out) - len(p)
         sync()
         seconds.append(time.perf_counter() - t0)
-    seconds = min(seconds)
+        cpu.append(time.process_time() - c0)
+    seconds, cpu = min(seconds), min(cpu)
     peak = (torch.cuda.max_memory_allocated() if device.type == "cuda"
             else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
+    # CPU seconds as well as wall: with one thread they are the work done, which a neighbour taking
+    # the core away does not inflate (memory-bandwidth contention still does)
     return {"impl": args.impl, "new_tokens": new_tokens, "seconds": seconds, "tokens_per_s": new_tokens / seconds,
+            "cpu_seconds": cpu, "tokens_per_cpu_s": new_tokens / cpu if cpu > 0 else None,
             "peak_bytes": peak, "peak_kind": "cuda_max_allocated" if device.type == "cuda" else "rss",
             "outputs": outputs}
+
+
+def machine(device: str) -> dict:
+    """What the numbers were measured on: CPU model, cores, torch (and the GPU when there is one)."""
+    import platform
+
+    import torch
+
+    model = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    out = {"cpu": model, "cores": os.cpu_count(), "torch": torch.__version__, "python": platform.python_version()}
+    if device.startswith("cuda") and torch.cuda.is_available():
+        out["gpu"] = torch.cuda.get_device_name(0)
+    return out
 
 
 def main(argv=None) -> int:
@@ -140,19 +164,28 @@ def main(argv=None) -> int:
                     sys.stderr.write(proc.stderr)
                     return proc.returncode
                 r = json.loads(proc.stdout.strip().splitlines()[-1])
+                least_cpu = min(r["cpu_seconds"], results[impl]["cpu_seconds"]) if impl in results else r["cpu_seconds"]
                 if impl not in results or r["tokens_per_s"] > results[impl]["tokens_per_s"]:
                     results[impl] = r
+                # the best of each measure, wall and CPU, whichever trial it came from
+                results[impl]["cpu_seconds"] = least_cpu
+                results[impl]["tokens_per_cpu_s"] = r["new_tokens"] / least_cpu if least_cpu > 0 else None
     same = results["ours"].pop("outputs") == results["zlab"].pop("outputs")
     ratio = results["ours"]["tokens_per_s"] / results["zlab"]["tokens_per_s"]
-    summary = {"device": args.device, "dtype": args.dtype, "identical_outputs": same,
-               "speed_ratio": ratio if same else None, **{k: v for k, v in results.items()},
+    cpu_ratio = results["zlab"]["cpu_seconds"] / results["ours"]["cpu_seconds"]
+    host = machine(args.device)
+    summary = {"device": args.device, "dtype": args.dtype, "machine": host, "threads": args.threads,
+               "identical_outputs": same, "speed_ratio": ratio if same else None,
+               "cpu_time_ratio": cpu_ratio if same else None, **{k: v for k, v in results.items()},
                "sizes": {k: getattr(args, k) for k in ("hidden", "layers", "heads", "kv_heads", "vocab", "draft_layers",
                                                        "block_size", "prompt_len", "prompts", "max_new_tokens")}}
+    print(f"{host['cpu']} ({host['cores']} cores), torch {host['torch']}, {args.threads or 'default'} thread(s), "
+          f"{args.device} {args.dtype}" + (f", {host['gpu']}" if "gpu" in host else ""))
     for impl in ("zlab", "ours"):
         r = results[impl]
-        print(f"{impl:5s} {r['tokens_per_s']:9.1f} tok/s  {r['new_tokens']} tokens in {r['seconds']:.2f} s  "
-              f"peak {r['peak_kind']} {r['peak_bytes'] / 2**20:.0f} MiB")
-    print(f"identical outputs: {same}; speed ratio ours/zlab: {ratio:.2f}x")
+        print(f"{impl:5s} {r['tokens_per_s']:9.1f} tok/s  {r['new_tokens']} tokens in {r['seconds']:.2f} s "
+              f"({r['cpu_seconds']:.2f} s CPU)  peak {r['peak_kind']} {r['peak_bytes'] / 2**20:.0f} MiB")
+    print(f"identical outputs: {same}; speed ratio ours/zlab: {ratio:.2f}x (CPU time: {cpu_ratio:.2f}x)")
     if args.json:
         Path(args.json).write_text(json.dumps(summary, indent=1))
     return 0 if same else 1

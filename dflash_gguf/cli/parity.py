@@ -95,21 +95,20 @@ def _render(report) -> None:
             t.add_column(c)
         rows = [p.reference, *p.drafters] + ([p.emulated] if p.emulated else [])
         for r in rows:
-            lp = r.logit_parity or {}
+            lp = r.logit_parity
             al = f"{r.mean_acceptance_length.mean:.3f}"
             if r.mean_acceptance_length.sd:
                 al += f" ± {r.mean_acceptance_length.sd:.3f}"
             if r.delta_vs_reference:
                 d = r.delta_vs_reference
                 al += f" ({d['mean_acceptance_length']:+.3f}{'' if d['real'] else ', within 1σ'})"
-            fd = lp.get("first_divergence")
-            top1 = lp.get("top1_agreement")
+            fd = lp.first_divergence if lp else None
             t.add_row(
-                esc(Path(r.name).name if r.format else r.name), r.format or "-", al, f"{r.acceptance_rate.mean:.3f}", f"{r.tokens_per_s.mean:.1f}",
+                _name(r), r.format or "-", al, f"{r.acceptance_rate.mean:.3f}", f"{r.tokens_per_s.mean:.1f}",
                 "-" if r.lossless is None else ("yes" if r.lossless else "NO"),
-                "-" if top1 is None else (f"{top1:.4f}" + ("  FLAGGED" if top1 < FLAG_TOP1 else "")),
-                "-" if not lp else f"{lp['mean_kl']:.2e}", "-" if not lp else f"{lp['max_abs']:.3g}",
-                "-" if not lp else ("none" if fd is None else f"step {fd['step']} pos {fd['position']}"),
+                "-" if lp is None else (f"{lp.top1_agreement:.4f}" + ("  FLAGGED" if lp.top1_agreement < FLAG_TOP1 else "")),
+                "-" if lp is None else f"{lp.divergence.mean:.2e}", "-" if lp is None else f"{lp.max_abs:.3g}",
+                "-" if lp is None else ("none" if fd is None else f"step {fd['step']} pos {fd['position']}"),
             )
         out.print(t)
         if p.emulated and p.emulated.notes:
@@ -117,11 +116,62 @@ def _render(report) -> None:
         for r in p.drafters:
             for n in r.notes:
                 warn(f"{Path(r.name).name}: {n}")
-            lp = r.logit_parity or {}
-            if lp and lp["top1_agreement"] < FLAG_TOP1:
-                warn(f"{r.name}: teacher-forced top-1 agreement {lp['top1_agreement']:.3f} < {FLAG_TOP1}: "
+            lp = r.logit_parity
+            if lp and lp.top1_agreement < FLAG_TOP1:
+                warn(f"{r.name}: teacher-forced top-1 agreement {lp.top1_agreement:.3f} < {FLAG_TOP1}: "
                      "this GGUF does not compute what the checkpoint computes")
+    _render_pooled(report)
     if report.against is not None:
         a = report.against
         out.print(f"against: {a['tensors_compared']} tensors compared, identical={a['identical']}, "
                   f"max |Δ| by tensor: " + ", ".join(f"{k}={v:.3g}" for k, v in sorted(a["max_abs_by_tensor"].items())))
+
+
+def _render_pooled(report) -> None:
+    """llama-server's acceptance numbers and llama-perplexity's KL summary, pooled over the prompts
+    (the JSON's "pooled"), so a parity run reads like a bench run and a perplexity run."""
+    from rich.table import Table
+
+    pooled = report.pooled()
+    runs = report.settings.get("runs", 1)
+    t = Table(title=f"acceptance (llama-server) and KL(target ‖ drafter) (llama-perplexity), "
+                    f"{pooled['prompts']} prompt(s) × {runs} run(s)")
+    for c in ("drafter", "steps", "mean len", "accept rate", "KL mean", "median", "99%", "max", "same top"):
+        t.add_column(c)
+    rows = [pooled["reference"], *pooled["drafters"]] + ([pooled["emulated"]] if "emulated" in pooled else [])
+    for r in rows:
+        a, kl = r["acceptance"], r.get("target_divergence", {"positions": 0})
+        spread = a.get("runs", {})
+        length, rate = f"{a['mean_acceptance_length']:.3f}", f"{a['acceptance_rate']:.3f}"
+        if spread:
+            length += f" ± {spread['mean_acceptance_length']['sd']:.3f}"
+            rate += f" ± {spread['acceptance_rate']['sd']:.3f}"
+        t.add_row(_name(r), str(a["steps"]), length, rate, *_kl_cells(kl))
+    out.print(t)
+    for r in rows:
+        a = r["acceptance"]
+        drift = a["drift"]
+        out.print(f"{_name(r)}: acc per pos {' '.join(f'{x:.2f}' for x in a['per_position'])}; "
+                  f"histogram (0..{len(a['histogram']) - 1} accepted) {' '.join(map(str, a['histogram']))}; "
+                  f"drift {drift['first']:.3f} → {drift['last']:.3f}", markup=False)
+        if "logit_divergence" in r:
+            mean, median, p99, mx, top = _kl_cells(r["logit_divergence"])
+            out.print(f"{_name(r)}: KL(reference ‖ GGUF), teacher-forced, {r['logit_divergence']['positions']} "
+                      f"positions: mean {mean}, median {median}, 99% {p99}, max {mx}; same top {top}", markup=False)
+
+
+def _kl_cells(kl: dict) -> tuple[str, ...]:
+    """mean ± uncertainty, median, 99 %, max, same top, as llama-perplexity prints them."""
+    if not kl.get("positions"):
+        return ("-",) * 5
+
+    def g(x):
+        return "inf" if x is None else f"{x:.4g}"
+
+    return (f"{g(kl['mean'])} ± {g(kl['mean_uncertainty'])}", g(kl["median"]), g(kl["p99"]), g(kl["max"]),
+            f"{100 * kl['same_top']:.2f} ± {100 * kl['same_top_uncertainty']:.2f} %")
+
+
+def _name(r) -> str:
+    name, fmt = (r["name"], r["format"]) if isinstance(r, dict) else (r.name, r.format)
+    return esc(Path(name).name if fmt else name)

@@ -62,11 +62,11 @@ def run_parity(
         if options.temperature == 0:
             greedy_ids = ref.greedy_decode(tmodel, prompt, options.max_new_tokens, stops)
         ref_runs = _runs(ref_drafter, tmodel, prompt, options, stops, record=True)
-        reference = summarize("reference", None, ref_runs, greedy_ids)
+        reference = summarize("reference", None, ref_runs, greedy_ids, _n_draft(ref_drafter, options))
         drafters = []
         for name, fmt_name, model in others:
             runs = _runs(model, tmodel, prompt, options, stops)
-            s = summarize(name, fmt_name, runs, greedy_ids)
+            s = summarize(name, fmt_name, runs, greedy_ids, _n_draft(model, options))
             tf = ref.teacher_forced(model, tmodel, ref_runs[0])
             s.logit_parity = logit_parity(ref_runs[0], tf)
             s.delta_vs_reference = delta(reference, s)
@@ -75,7 +75,7 @@ def run_parity(
         emu = None
         if emulated is not None:
             runs = _runs(emulated.drafter, tmodel, prompt, options, stops, draft_context=emulated.cap)
-            emu = summarize(emulated.label, None, runs, greedy_ids)
+            emu = summarize(emulated.label, None, runs, greedy_ids, _n_draft(emulated.drafter, options))
             emu.notes = emulated.notes(len(prompt), options.max_new_tokens)
             emu.delta_vs_reference = delta(reference, emu)
         if dump is not None:
@@ -127,5 +127,14 @@ def _runs(drafter, target, prompt, opts: ParityOptions, stops, record: bool = Fa
         seed = opts.seed + r
         out.append(ref.generate(drafter, target, prompt, opts.max_new_tokens, stops, temperature=opts.temperature,
                                 top_p=opts.top_p, top_k=opts.top_k, block_size=opts.block_size, seed=seed,
-                                record=record and r == 0, draft_context=draft_context))
+                                record=record and r == 0, draft_context=draft_context, divergence=True))
     return out
+
+
+def _n_draft(drafter, opts: ParityOptions) -> int:
+    """The most drafts one round holds: block size − 1, or the whole block for a DSpark head that
+    samples from its anchor (the width of per-position acceptance and the histogram)."""
+    from ..reference.drafting import block_shape
+
+    B = opts.block_size or drafter.block_size
+    return block_shape(drafter, B, B + 1)[2]

@@ -29,6 +29,12 @@ class RMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        w = self.weight
+        if x.dtype is torch.float32 and w.dtype is torch.float32 and x.device.type == "cpu":
+            # torch's CPU rms_norm runs these very ops in this order (pow, mean, + eps, rsqrt, ×, × weight)
+            # in one dispatch: bit-equal in float32 (test_common pins it). Not for bf16 (it scales by the
+            # weight before casting back) nor CUDA (a fused kernel of its own).
+            return torch.rms_norm(x, w.shape, w, self.eps)
         dtype = x.dtype
         x = x.to(torch.float32)
         x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
@@ -44,8 +50,16 @@ class MLP(nn.Module):
         self.up_proj = nn.Linear(hidden, intermediate, bias=bias)
         self.down_proj = nn.Linear(intermediate, hidden, bias=bias)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # x (L, H)
+        return linear(F.silu(linear(x, self.gate_proj)) * linear(x, self.up_proj), self.down_proj)
+
+
+def linear(x: torch.Tensor, layer: nn.Linear) -> torch.Tensor:
+    """``layer(x)`` for a 2-D ``x``: the very mm / addmm that ``F.linear`` reaches, without the
+    module call and aten::linear's layers (t, matmul, reshape, _unsafe_view) — a third of the
+    reference's per-token dispatches. Same kernel, same bits."""
+    w, b = layer.weight, layer.bias
+    return torch.mm(x, w.t()) if b is None else torch.addmm(b, x, w.t())
 
 
 class KVCache:
@@ -62,6 +76,8 @@ class KVCache:
         shape = (n_layers, 1, n_kv_heads, capacity, head_dim)
         self.k = torch.zeros(shape, dtype=dtype, device=device)
         self.v = torch.zeros(shape, dtype=dtype, device=device)
+        # one view per layer, made once: a write is then a narrow + copy, not a 4-index __setitem__
+        self._k, self._v = self.k.unbind(0), self.v.unbind(0)
         self.capacity = capacity
         self.length = 0
         self.window_start = 0  # first row attention sees (a draft-context cap); 0 = all
@@ -73,10 +89,11 @@ class KVCache:
             raise IndexError(f"KV write [{pos}, {end}) outside the cache (length {self.length}, capacity {self.capacity})")
         if self.window_start >= end:
             raise IndexError(f"KV window starts at {self.window_start}, past the write's end {end}")
-        self.k[layer, :, :, pos:end] = k
-        self.v[layer, :, :, pos:end] = v
+        kl, vl = self._k[layer], self._v[layer]
+        kl.narrow(2, pos, end - pos).copy_(k)
+        vl.narrow(2, pos, end - pos).copy_(v)
         w = self.window_start
-        return self.k[layer, :, :, w:end], self.v[layer, :, :, w:end]
+        return kl.narrow(2, w, end - w), vl.narrow(2, w, end - w)
 
     def crop(self, length: int) -> None:
         self.length = length
@@ -193,8 +210,17 @@ class RopeTable:
         self.cos = (emb.cos() * scale).to(device=device, dtype=dtype)
         self.sin = (emb.sin() * scale).to(device=device, dtype=dtype)
 
+        # rotate_half(x) · sin = roll(x, R/2) · sin with sin's first half negated (a sign flip is
+        # exact, so the product is the same bits): ``apply_rope_rolled``'s table, NeoX pairs only
+        half = emb.shape[-1] // 2
+        self.sin_rolled = torch.cat((-self.sin[:, :half], self.sin[:, half:]), dim=-1)
+
     def __call__(self, start: int, stop: int) -> tuple[torch.Tensor, torch.Tensor]:
         return self.cos[start:stop], self.sin[start:stop]  # (L, R) each, R = the rotated width
+
+    def rolled(self, start: int, stop: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos and the signed sin ``apply_rope_rolled`` takes, (L, R) each."""
+        return self.cos[start:stop], self.sin_rolled[start:stop]
 
 
 def rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -205,6 +231,12 @@ def rotate_half(x: torch.Tensor) -> torch.Tensor:
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     """x (B, nh, L, D); cos/sin (L, D) for exactly those L positions."""
     return (x * cos) + (rotate_half(x) * sin)
+
+
+def apply_rope_rolled(x: torch.Tensor, cos: torch.Tensor, sin_rolled: torch.Tensor) -> torch.Tensor:
+    """``apply_rope`` bit for bit in four dispatches instead of seven; ``sin_rolled`` from
+    ``RopeTable.rolled`` (full-head NeoX rotation)."""
+    return (x * cos) + (x.roll(x.shape[-1] // 2, -1) * sin_rolled)
 
 
 def rotate_pairs(x: torch.Tensor) -> torch.Tensor:
@@ -237,12 +269,14 @@ def attend(
     """SDPA as transformers' sdpa_attention_forward calls it -> (B, Lq, nh·D).
 
     GQA goes through ``enable_gqa`` only when there is no mask (transformers' rule; with a
-    mask it repeats K/V), so both implementations hit the same SDPA kernels.
+    mask it repeats K/V), so both implementations hit the same SDPA kernels. On CPU the
+    masked GQA kernel gives the repeated one's bits (test_common pins it), so there the K/V
+    copies are skipped.
     """
     groups = q.shape[1] // k.shape[1]
     kwargs = {}
     if groups > 1:
-        if mask is None and k.shape[-1] <= 256:
+        if (mask is None or q.device.type == "cpu") and k.shape[-1] <= 256:
             kwargs["enable_gqa"] = True
         else:
             k, v = repeat_kv(k, groups), repeat_kv(v, groups)

@@ -22,8 +22,8 @@ from torch import nn
 from torch.nn import functional as F
 
 from ..config import DrafterConfig
-from .common import (MLP, KVCache, RMSNorm, RopeSpec, RopeTable, apply_rope, apply_rope_slice, attend,
-                     attend_with_sinks, visibility_mask, yarn_truncate)
+from .common import (MLP, KVCache, RMSNorm, RopeSpec, RopeTable, apply_rope_rolled, apply_rope_slice, attend,
+                     attend_with_sinks, linear, visibility_mask, yarn_truncate)
 from .dspark import ConfidenceHead, DSparkLayout, MarkovHead, layout_from_config
 from .rules import AttentionRules, attention_rules
 
@@ -57,32 +57,33 @@ class Attention(nn.Module):
         self.scale = D**-0.5
         self.causal, self.window = causal, window
 
-    def forward(self, x, ctx, cos, sin, cache: KVCache, layer: int, pos: int):
-        # x (1, q, H) the block; ctx (1, c, H) fc+hidden_norm features; cos/sin (c+q, R)
-        B, q, _ = x.shape
-        c = ctx.shape[1]
-        D = self.head_dim
-        Q = self.q_norm(self.q_proj(x).view(B, q, -1, D)).transpose(1, 2)  # (1, nh, q, D)
+    def forward(self, x, ctx, cos, sin, cache: KVCache, layer: int, pos: int, masks):
+        # x (q, H) the block; ctx (c, H) fc+hidden_norm features; cos/sin (c+q, R) (RopeTable.rolled
+        # for z-lab's full-head rotation); masks: {(causal, window): mask}, built once per forward
+        q, c, D = x.shape[0], ctx.shape[0], self.head_dim
+        Q = self.q_norm(linear(x, self.q_proj).view(q, -1, D)).transpose(0, 1)[None]  # (1, nh, q, D)
         # Context and block share k_proj/v_proj; the context rows are the "target" half of the keys.
-        K = torch.cat([self.k_proj(ctx), self.k_proj(x)], dim=1).view(B, c + q, -1, D)
-        V = torch.cat([self.v_proj(ctx), self.v_proj(x)], dim=1).view(B, c + q, -1, D)
+        # Two products, not one over the stacked rows: a 1-row product is BLAS's gemv, whose bits
+        # differ from the same row inside a gemm, and z-lab projects them apart.
+        K = torch.cat([linear(ctx, self.k_proj), linear(x, self.k_proj)]).view(c + q, -1, D)
+        V = torch.cat([linear(ctx, self.v_proj), linear(x, self.v_proj)]).view(c + q, -1, D)
         if self.value_scale is not None:
             # MiMo: V × scale before attention (vLLM's mimo_v2 and SGLang scale V, so context and
             # block rows alike; llama.cpp scales the attention output instead: the same without o_proj bias)
             V = V * self.value_scale
-        K = self.k_norm(K).transpose(1, 2)  # (1, nkv, c+q, D)
-        V = V.transpose(1, 2)  # (1, nkv, c+q, D)
+        K = self.k_norm(K).transpose(0, 1)[None]  # (1, nkv, c+q, D)
+        V = V.transpose(0, 1)[None]  # (1, nkv, c+q, D)
         if self.rotary_dim is None:  # z-lab: transformers' full-head rotate_half, its exact op order
-            Q = apply_rope(Q, cos[-q:], sin[-q:])  # queries only sit at the block's positions
-            K = apply_rope(K, cos, sin)
+            Q = apply_rope_rolled(Q, cos[-q:], sin[-q:])  # queries only sit at the block's positions
+            K = apply_rope_rolled(K, cos, sin)
         else:
             Q = apply_rope_slice(Q, cos[-q:], sin[-q:], self.interleaved)
             K = apply_rope_slice(K, cos, sin, self.interleaved)
         K, V = cache.write(layer, pos, K, V)  # (1, nkv, pos+c+q, D): every committed position
-        mask = visibility_mask(q, K.shape[2], causal=self.causal, window=self.window, device=x.device)
+        mask = masks[self.causal, self.window]
         if self.attention_sink_bias is not None:
-            return self.o_proj(attend_with_sinks(Q, K, V, mask, self.scale, self.attention_sink_bias))
-        return self.o_proj(attend(Q, K, V, mask, self.scale))  # (1, q, H)
+            return linear(attend_with_sinks(Q, K, V, mask, self.scale, self.attention_sink_bias)[0], self.o_proj)
+        return linear(attend(Q, K, V, mask, self.scale)[0], self.o_proj)  # (q, H)
 
 
 class DynamicConv(nn.Module):
@@ -134,20 +135,22 @@ class DecoderLayer(nn.Module):
         else:
             self.attention_conv = self.mlp_conv = None
 
-    def forward(self, x, ctx, cos, sin, cache, layer, pos):
+    def forward(self, x, ctx, cos, sin, cache, layer, pos, masks):  # x (q, H), ctx (c, H)
         h = self.input_layernorm(x)
         if self.attention_conv is not None:
-            h, kernel = self.attention_conv.prepare(h)
-        h = self.self_attn(h, ctx, cos, sin, cache, layer, pos)
+            h, kernel = self.attention_conv.prepare(h[None])
+            h = h[0]
+        h = self.self_attn(h, ctx, cos, sin, cache, layer, pos, masks)
         if self.attention_conv is not None:
-            h = self.attention_conv.finish(h, kernel)
+            h = self.attention_conv.finish(h[None], kernel)[0]
         x = x + h
         h = self.post_attention_layernorm(x)
         if self.mlp_conv is not None:
-            h, kernel = self.mlp_conv.prepare(h)
+            h, kernel = self.mlp_conv.prepare(h[None])
+            h = h[0]
         h = self.mlp(h)
         if self.mlp_conv is not None:
-            h = self.mlp_conv.finish(h, kernel)
+            h = self.mlp_conv.finish(h[None], kernel)[0]
         return x + h
 
 
@@ -284,13 +287,16 @@ class DFlashDrafter(nn.Module):
         """
         pos = cache.length
         c, q = target_hidden.shape[1], noise_embedding.shape[1]
-        ctx = self.hidden_norm(self.fc(target_hidden))  # (1, c, H)
-        cos, sin = rope(pos, pos + c + q)
-        x = noise_embedding
+        ctx = self.hidden_norm(linear(target_hidden[0], self.fc))  # (c, H); batch 1 throughout
+        cos, sin = rope.rolled(pos, pos + c + q) if self.rules.rotary_dim is None else rope(pos, pos + c + q)
+        kv = pos + c + q - cache.window_start  # the rows cache.write hands attention
+        masks = {(causal, window): visibility_mask(q, kv, causal=causal, window=window, device=ctx.device)
+                 for causal, window in set(self.rules.layers)}
+        x = noise_embedding[0]
         for i, layer in enumerate(self.layers):
-            x = layer(x, ctx, cos, sin, cache, i, pos)
+            x = layer(x, ctx, cos, sin, cache, i, pos, masks)
         cache.length = pos + c + q
-        return self.norm(x)
+        return self.norm(x)[None]
 
     def compute_logits(self, hidden: torch.Tensor, head_weight: torch.Tensor) -> torch.Tensor:
         """Target head × output_multiplier, then tanh softcap: the drafter copies the target's output transform.

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import torch
 
@@ -40,6 +40,9 @@ from .drafter import DFlashDrafter
 from .drafting import block_shape, draft
 from .sampling import rejection_sample, sample, sample_probs, sampling_probs, validate_sampling
 from .target import Target
+
+if TYPE_CHECKING:
+    from ..metrics.kl import KLStats
 
 
 @dataclass
@@ -55,6 +58,9 @@ class Step:
     context: torch.Tensor | None = field(default=None, repr=False)  # (c, T·H) features fed this round (record=True)
     draft_logits: torch.Tensor | None = field(default=None, repr=False)  # (len(draft), V') (record=True)
     confidence: list[float] | None = None  # DSpark confidence head, one per drafted token
+    # generate(divergence=True): metrics.kl.KLStats of the target's verify distribution against the
+    # drafter's, one per drafted position (None when the drafter's head has its own reduced vocabulary)
+    divergence: KLStats | None = field(default=None, repr=False)
 
 
 @dataclass
@@ -134,6 +140,7 @@ def generate(
     record: bool = False,
     workspace: Workspace | None = None,
     draft_context: int | None = None,
+    divergence: bool = False,
 ) -> GenerationResult:
     """Speculative decoding with ``drafter`` proposing and ``target`` verifying (batch 1).
 
@@ -142,7 +149,9 @@ def generate(
     generator. ``record=True`` keeps each round's context features and draft logits, which
     ``teacher_forced`` replays. ``draft_context=N`` lets the drafter attend to only the last N
     committed positions (plus the block) each round; None (the default) is z-lab's unlimited
-    context, bit for bit.
+    context, bit for bit. ``divergence=True`` gives every drafting round's ``Step.divergence``:
+    KL(target ‖ drafter) and same-argmax per drafted position, from the raw logits (temperature
+    1) of the verify pass and the draft; its cost is left out of ``decode_s``.
 
     Raises:
         ValueError: bad sampling arguments, an empty prompt, or a workspace that is too small.
@@ -189,6 +198,7 @@ def generate(
 
     steps: list[Step] = []
     acceptance_lengths: list[int] = []
+    aside = 0.0  # seconds spent on divergence bookkeeping, not decoding
     start = n
     stopped = stop is not None and bool(torch.isin(ids[:, start], stop).any())
     while start + 1 < max_length and not stopped:
@@ -219,6 +229,13 @@ def generate(
             posterior = torch.argmax(logits, dim=-1)  # (1, n_draft+1)
             accepted = int((block[:, 1:] == posterior[:, :-1]).cumprod(dim=1).sum(dim=1)[0].item())
             bonus = posterior[:, accepted][0]
+        kl = None
+        if divergence and d is not None and d.logits.shape[-1] == logits.shape[-1]:
+            from ..metrics.kl import KLStats
+
+            t = _clock(device)
+            kl = KLStats.of(logits[0, :n_draft], d.logits[0])  # row i of the verify predicts draft i
+            aside += _clock(device) - t
         ids[:, start:start + accepted + 1] = block[:, :accepted + 1]
         ids[:, start + accepted + 1] = bonus
         produced = min(accepted + 1, max_length - start - 1)
@@ -232,6 +249,7 @@ def generate(
             bonus=int(bonus), produced=produced, context=context if record else None,
             draft_logits=d.logits[0].float().clone() if record and d is not None else None,
             confidence=d.confidence[0].float().tolist() if d is not None and d.confidence is not None else None,
+            divergence=kl,
         ))
         start += produced
         tcache.crop(start)  # drop the verify rows past the committed prefix
@@ -241,7 +259,7 @@ def generate(
     end = min(start + 1, max_length)
     return GenerationResult(
         prompt_ids=prompt, new_ids=ids[0, n:end].tolist(), steps=steps, acceptance_lengths=acceptance_lengths,
-        stopped=stopped, temperature=temperature, prefill_s=t1 - t0, decode_s=t2 - t1,
+        stopped=stopped, temperature=temperature, prefill_s=t1 - t0, decode_s=t2 - t1 - aside,
         draft_context=draft_context,
     )
 

@@ -19,7 +19,8 @@ from torch import nn
 
 from ..config import TargetConfig
 from ..errors import ConfigError, TargetError
-from .common import MLP, KVCache, RMSNorm, RopeSpec, RopeTable, apply_rope, attend, visibility_mask, yarn_truncate
+from .common import (MLP, KVCache, RMSNorm, RopeSpec, RopeTable, apply_rope_rolled, attend, linear, visibility_mask,
+                     yarn_truncate)
 
 SUPPORTED_TARGETS = ("qwen3", "llama")
 
@@ -106,26 +107,30 @@ class Attention(nn.Module):
             self.q_norm = self.k_norm = None
         self.head_dim, self.scale, self.window = D, D**-0.5, window
 
-    def forward(self, x, cos, sin, cache: KVCache, layer: int, pos: int):
-        B, L, _ = x.shape  # (1, L, H) at positions [pos, pos+L)
+    def forward(self, x, cos, sin, cache: KVCache, layer: int, pos: int, plan):
+        # x (L, H) at positions [pos, pos+L); cos/sin from RopeTable.rolled; plan: (mask, is_causal)
+        L = x.shape[0]
         D = self.head_dim
-        q = self.q_proj(x).view(B, L, -1, D)
-        k = self.k_proj(x).view(B, L, -1, D)
+        q = linear(x, self.q_proj).view(L, -1, D)
+        k = linear(x, self.k_proj).view(L, -1, D)
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
-        q = apply_rope(q.transpose(1, 2), cos, sin)  # (1, nh, L, D)
-        k = apply_rope(k.transpose(1, 2), cos, sin)  # (1, nkv, L, D)
-        v = self.v_proj(x).view(B, L, -1, D).transpose(1, 2)  # (1, nkv, L, D)
+        q = apply_rope_rolled(q.transpose(0, 1)[None], cos, sin)  # (1, nh, L, D)
+        k = apply_rope_rolled(k.transpose(0, 1)[None], cos, sin)  # (1, nkv, L, D)
+        v = linear(x, self.v_proj).view(L, -1, D).transpose(0, 1)[None]  # (1, nkv, L, D)
         k, v = cache.write(layer, pos, k, v)  # (1, nkv, pos+L, D)
-        kv = k.shape[2]
-        if self.window is None and L == kv and L > 1:
-            # transformers skips the mask here and lets SDPA's is_causal do it (same kernel choice).
-            out = attend(q, k, v, None, self.scale, causal=True)
-        elif self.window is None and L == 1:
-            out = attend(q, k, v, None, self.scale)
-        else:
-            out = attend(q, k, v, visibility_mask(L, kv, causal=True, window=self.window, device=x.device), self.scale)
-        return self.o_proj(out)
+        mask, causal = plan
+        return linear(attend(q, k, v, mask, self.scale, causal=causal)[0], self.o_proj)
+
+    @staticmethod
+    def plan(L: int, kv: int, window: int | None, device) -> tuple[torch.Tensor | None, bool]:
+        """(mask, is_causal) for L queries over kv keys, as transformers picks them: the same for
+        every layer with this window, so a forward builds it once per window."""
+        if window is None and L == kv and L > 1:
+            return None, True  # transformers skips the mask here and lets SDPA's is_causal do it (same kernel choice)
+        if window is None and L == 1:
+            return None, False
+        return visibility_mask(L, kv, causal=True, window=window, device=device), False
 
 
 class DecoderLayer(nn.Module):
@@ -136,8 +141,8 @@ class DecoderLayer(nn.Module):
         self.input_layernorm = RMSNorm(s.hidden_size, s.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(s.hidden_size, s.rms_norm_eps)
 
-    def forward(self, x, cos, sin, cache, layer, pos):
-        x = x + self.self_attn(self.input_layernorm(x), cos, sin, cache, layer, pos)
+    def forward(self, x, cos, sin, cache, layer, pos, plan):
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin, cache, layer, pos, plan)
         return x + self.mlp(self.post_attention_layernorm(x))
 
 
@@ -181,24 +186,25 @@ class Target(nn.Module):
         """
         pos = cache.length
         L = input_ids.shape[1]
-        cos, sin = rope(pos, pos + L)
+        cos, sin = rope.rolled(pos, pos + L)
         H = self.spec.hidden_size
         last = self.spec.num_hidden_layers - 1
-        x = self.model.embed_tokens(input_ids)  # (1, L, H)
+        plans = {w: Attention.plan(L, pos + L, w, input_ids.device) for w in set(self.spec.layer_windows)}
+        x = self.model.embed_tokens(input_ids[0])  # (L, H); batch 1 throughout
         for i, layer in enumerate(self.model.layers):
-            x = layer(x, cos, sin, cache, i, pos)
+            x = layer(x, cos, sin, cache, i, pos, plans[layer.self_attn.window])
             if i != last:
                 for slot, t in enumerate(taps):
                     if t == i:
-                        features_out[pos:pos + L, slot * H:(slot + 1) * H] = x[0]
+                        features_out[pos:pos + L, slot * H:(slot + 1) * H] = x
         cache.length = pos + L
         x = self.model.norm(x)
         for slot, t in enumerate(taps):
             if t == last:  # transformers' hidden_states[-1] is the final-normed state
-                features_out[pos:pos + L, slot * H:(slot + 1) * H] = x[0]
+                features_out[pos:pos + L, slot * H:(slot + 1) * H] = x
         if logits_to_keep:
-            x = x[:, -logits_to_keep:]
-        return self.lm_head(x)
+            x = x[-logits_to_keep:]
+        return linear(x, self.lm_head)[None]
 
     @property
     def embed_weight(self) -> torch.Tensor:

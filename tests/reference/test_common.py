@@ -1,5 +1,6 @@
 """reference/common.py's new primitives against values computed by hand: the sink softmax and
-RoPE over a slice of the head, NeoX and interleaved (GPT-J) pairing."""
+RoPE over a slice of the head, NeoX and interleaved (GPT-J) pairing; and its shortcuts (one-call
+RMSNorm, rolled RoPE, bare mm, masked GQA on CPU) bit for bit against the forms transformers runs."""
 from __future__ import annotations
 
 import math
@@ -10,7 +11,8 @@ torch = pytest.importorskip("torch")
 
 from dflash_gguf.errors import ConfigError  # noqa: E402
 from dflash_gguf.reference.common import (  # noqa: E402
-    RopeSpec, RopeTable, apply_rope, apply_rope_slice, attend, attend_with_sinks, inv_freq,
+    RMSNorm, RopeSpec, RopeTable, apply_rope, apply_rope_rolled, apply_rope_slice, attend, attend_with_sinks, inv_freq,
+    linear, repeat_kv, visibility_mask,
 )
 
 E = math.e
@@ -85,3 +87,54 @@ def test_full_width_slice_is_the_zlab_rotation():
     x = torch.randn(1, 2, 3, 8, generator=torch.Generator().manual_seed(0))
     cos, sin = RopeTable(RopeSpec(8, 1e4), 3, torch.float32, torch.device("cpu"))(0, 3)
     assert torch.equal(apply_rope_slice(x, cos, sin, False), apply_rope(x, cos, sin))
+
+
+def _hf_rms_norm(x, weight, eps):
+    """transformers' Qwen3RMSNorm.forward, verbatim."""
+    dtype = x.dtype
+    x = x.to(torch.float32)
+    x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+    return weight * x.to(dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_rms_norm_is_transformers_bit_for_bit(dtype):
+    g = torch.Generator().manual_seed(0)
+    norm = RMSNorm(64, 1e-6).to(dtype)
+    with torch.no_grad():
+        norm.weight.copy_(torch.rand(64, generator=g) + 0.5)
+    # rows of a block, per-head rows of a projection, and a transposed (non-contiguous) view
+    for x in (torch.randn(8, 64, generator=g), torch.randn(8, 4, 64, generator=g),
+              torch.randn(4, 8, 64, generator=g).transpose(0, 1)):
+        x = (x * 3).to(dtype)
+        assert torch.equal(norm(x), _hf_rms_norm(x, norm.weight, 1e-6))
+
+
+def test_rolled_rope_is_rotate_half_bit_for_bit():
+    table = RopeTable(RopeSpec(64, 1e4), 40, torch.float32, torch.device("cpu"))
+    x = torch.randn(1, 4, 8, 64, generator=torch.Generator().manual_seed(1)).transpose(1, 2)  # strided, as projected
+    cos, sin = table(30, 34)
+    rolled = apply_rope_rolled(x, *table.rolled(30, 34))
+    assert torch.equal(rolled, apply_rope(x, cos, sin))
+    assert not torch.equal(rolled, x)  # it did rotate
+
+
+@pytest.mark.parametrize("bias", [False, True])
+@pytest.mark.parametrize("rows", [1, 7, 8])
+def test_linear_is_the_module_bit_for_bit(rows, bias):
+    g = torch.Generator().manual_seed(rows)
+    layer = torch.nn.Linear(96, 48, bias=bias)
+    x = torch.randn(rows, 96, generator=g)
+    with torch.no_grad():
+        assert torch.equal(linear(x, layer), layer(x[None])[0])
+
+
+@pytest.mark.parametrize("causal, window", [(True, None), (True, 3), (False, 3)])
+def test_masked_grouped_attention_on_cpu_is_the_repeated_one(causal, window):
+    # transformers repeats K/V whenever there is a mask; attend lets CPU SDPA group the heads instead
+    g = torch.Generator().manual_seed(2)
+    q, k, v = torch.randn(1, 8, 5, 16, generator=g), torch.randn(1, 2, 40, 16, generator=g), torch.randn(1, 2, 40, 16, generator=g)
+    mask = visibility_mask(5, 40, causal=causal, window=window, device="cpu")
+    repeated = torch.nn.functional.scaled_dot_product_attention(
+        q, repeat_kv(k, 4), repeat_kv(v, 4), attn_mask=mask[None, None], scale=0.25)
+    assert torch.equal(attend(q, k, v, mask, 0.25), repeated.transpose(1, 2).reshape(1, 5, 128))

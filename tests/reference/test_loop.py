@@ -241,8 +241,12 @@ def test_draft_context_cap_matches_an_independent_windowed_run(models):
         assert context.shape[0] == s.start
         lo = max(0, s.start - N)
 
-        def rope(a, b, lo=lo):  # a fresh cache starts at 0: shift to the absolute positions
-            return full(a + lo, b + lo)
+        class rope:  # a fresh cache starts at 0: shift to the absolute positions
+            def __call__(a, b, lo=lo):
+                return full(a + lo, b + lo)
+
+            def rolled(a, b, lo=lo):
+                return full.rolled(a + lo, b + lo)
 
         cache = drafter.new_cache(N + len(s.block))
         with torch.no_grad():
@@ -274,3 +278,20 @@ def test_draft_context_workspace_reuse_and_teacher_forced(models):
     assert capped.draft_context == 4 and free.draft_context is None
     tf = teacher_forced(drafter, target, capped)  # replayed with the same cap
     assert tf.max_abs_diff == 0.0 and tf.token_agreement == 1.0
+
+
+def test_divergence_lines_up_with_the_drafts(models, greedy):
+    """divergence=True: one KL per drafted position, the verify row that judged that draft. At
+    temperature 0 a draft is accepted exactly when it is the target's argmax there, and every draft is
+    the drafter's argmax, so the accepted run is the leading run of same-top positions."""
+    drafter, target = models
+    r = generate(drafter, target, PROMPT, 60, divergence=True)
+    assert r.new_ids == greedy  # the bookkeeping changes nothing
+    drafted = [s for s in r.steps if s.draft]
+    assert sum(s.accepted for s in drafted) > 0  # the check below is not vacuous
+    for s in drafted:
+        kl = s.divergence
+        assert kl.count == len(s.draft) and (kl.values >= 0).all()
+        lead = next((i for i, same in enumerate(kl.same.tolist()) if not same), len(s.draft))
+        assert s.accepted == lead
+    assert all(s.divergence is None for s in generate(drafter, target, PROMPT, 20).steps)

@@ -11,7 +11,7 @@ torch = pytest.importorskip("torch")
 from dflash_gguf.config import parse_config  # noqa: E402
 from dflash_gguf.errors import ConfigError  # noqa: E402
 from dflash_gguf.reference import load_drafter, tiny  # noqa: E402
-from dflash_gguf.reference.common import RopeTable  # noqa: E402
+from dflash_gguf.reference.common import RopeTable, visibility_mask  # noqa: E402
 from dflash_gguf.reference.load import drafter_from_state, read_safetensors  # noqa: E402
 from dflash_gguf.reference.rules import MLX_DSPARK, VLLM, ZLAB, attention_rules  # noqa: E402
 
@@ -116,16 +116,17 @@ def _context(d, n=5, seed=1):
 def test_value_scale_multiplies_context_and_block_values(tmp_path):
     d = load_drafter(tiny.save_drafter(tmp_path, tiny.drafter_config(TARGET, **MIMO_TINY), seed=5))
     attn = d.layers[0].self_attn
-    x = torch.randn(1, 4, 64, generator=torch.Generator().manual_seed(2))
-    ctx = d.hidden_norm(d.fc(_context(d)))
+    x = torch.randn(4, 64, generator=torch.Generator().manual_seed(2))
+    ctx = d.hidden_norm(d.fc(_context(d)))[0]
     rope = RopeTable(d.rope_spec, 16, torch.float32, torch.device("cpu"))
     cos, sin = rope(0, 9)
+    masks = {(attn.causal, attn.window): visibility_mask(4, 9, causal=attn.causal, window=attn.window, device="cpu")}
     outs, caches = [], []
     for scale in (0.5, None):
         attn.value_scale = scale
         cache = d.new_cache(16)
         with torch.no_grad():
-            outs.append(attn(x, ctx, cos, sin, cache, 0, 0))
+            outs.append(attn(x, ctx, cos, sin, cache, 0, 0, masks))
         caches.append(cache.v[0, :, :, :9].clone())
     with torch.no_grad():
         v_ctx = attn.v_proj(ctx).view(1, 5, 2, 16).transpose(1, 2)
