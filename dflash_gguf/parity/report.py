@@ -176,9 +176,17 @@ def summarize(name: str, fmt: str | None, runs, greedy_ids, n_draft: int = 0) ->
 
 
 def _drafting_rounds(result) -> list[tuple[int, int]]:
-    """(drafted, accepted) of every round that drafted: a round with no draft (the last one, when
-    a single position is left) is no speculative step and would dilute the per-step numbers."""
-    return [(len(s.draft), min(int(s.accepted), len(s.draft))) for s in result.steps if s.draft]
+    """(drafted, accepted) of every round that drafted, counted as llama-server counts them: a round
+    with no draft (the last one, when a single position is left) is no speculative step, and near
+    the token limit the server trims its draft to the tokens still to predict (less one for the
+    target's own), so a round the limit cut counts only the drafts that could be kept."""
+    limit = None if result.stopped else len(result.prompt_ids) + len(result.new_ids)
+    rounds = []
+    for s in result.steps:
+        drafted = len(s.draft) if limit is None else min(len(s.draft), limit - s.start - 2)
+        if drafted > 0:
+            rounds.append((drafted, min(int(s.accepted), drafted)))
+    return rounds
 
 
 def _step(s) -> dict[str, Any]:

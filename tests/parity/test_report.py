@@ -36,23 +36,37 @@ def _check(acc, rounds):
     assert acc["histogram"] == [sum(a == k for _, a in rounds) for k in range(4)]
 
 
+def _server_rounds(prompt_ids, run):
+    """(drafted, accepted) per round as llama-server counts them: rounds without drafts left out,
+    and a draft trimmed to the tokens still to predict less one (the run hit its token limit)."""
+    limit = len(prompt_ids) + len(run["new_ids"])
+    start, rounds = len(prompt_ids), []
+    for s, produced in zip(run["steps"], run["acceptance_lengths"]):
+        drafted = min(len(s["draft"]), limit - start - 2)
+        if drafted > 0:
+            rounds.append((drafted, min(s["accepted"], drafted)))
+        start += produced
+    return rounds
+
+
 def test_acceptance_and_target_divergence_per_prompt_and_pooled(pair):
     rep = run_parity(*pair, PROMPTS, options=ParityOptions(max_new_tokens=40, device="cpu")).to_json()
     pooled_rounds = []
     for p in rep["prompts"]:
         ref = p["reference"]
-        rounds = [(len(s["draft"]), s["accepted"]) for s in ref["steps"] if s["draft"]]
+        rounds = _server_rounds(p["prompt_ids"], ref)
         _check(ref["acceptance"], rounds)
         assert ref["acceptance"]["acceptance_rate"] == ref["acceptance_rate"]  # one definition
-        kl = ref["target_divergence"]
-        assert kl["positions"] == ref["acceptance"]["drafted"]
+        kl = ref["target_divergence"]  # every drafted position, trimmed or not
+        assert kl["positions"] == sum(len(s["draft"]) for s in ref["steps"])
         # greedy: an accepted draft is the target's argmax and the drafter's, so it shares the top
         assert kl["same_top"] * kl["positions"] >= ref["acceptance"]["accepted"]
         pooled_rounds += rounds
     pooled = rep["pooled"]["reference"]
     assert rep["pooled"]["prompts"] == 2 and "runs" not in pooled["acceptance"]
     _check(pooled["acceptance"], pooled_rounds)
-    assert pooled["target_divergence"]["positions"] == pooled["acceptance"]["drafted"]
+    assert pooled["target_divergence"]["positions"] == sum(len(s["draft"]) for p in rep["prompts"]
+                                                           for s in p["reference"]["steps"])
     assert pooled["acceptance"]["accepted"] > 0  # the checks above are not vacuous
 
 
@@ -76,10 +90,27 @@ def test_gguf_drafter_kl_against_the_reference_and_the_terminal(cli, tmp_path):
     lp = d["logit_parity"]
     kl = lp["kl_divergence"]
     # the summary and the older scalar fields are one computation
-    assert kl["positions"] == lp["positions"] == rep["reference"]["acceptance"]["drafted"]
+    # teacher-forced on every position the reference drafted (a draft the server would trim included)
+    assert kl["positions"] == lp["positions"] == sum(len(s["draft"]) for s in rep["reference"]["steps"])
     assert kl["mean"] == lp["mean_kl"] and kl["max"] == lp["max_kl"] and kl["same_top"] == lp["top1_agreement"]
     assert 0 <= kl["min"] <= kl["median"] <= kl["p99"] <= kl["max"] < 1e-3
     pooled = rep["pooled"]["drafters"][0]
     assert pooled["logit_divergence"] == kl and set(pooled["acceptance"]) >= ACCEPTANCE
     assert "target_divergence" in pooled and "logit_divergence" not in rep["pooled"]["reference"]
     assert "KL(target ‖ drafter)" in so and "acc per pos" in so and "KL(reference ‖ GGUF), teacher-forced" in so
+
+
+def test_rounds_near_the_token_limit_count_as_llama_server_counts_them():
+    """Prompt of 4, limit 4 + 12 = 16. A round starting at 12 (the last committed token) has 3
+    positions left, one of them the target's own: the server drafts 2 there, not 7; a round at
+    14 has no room for a draft at all and is no speculative step."""
+    from types import SimpleNamespace as NS
+
+    from dflash_gguf.parity.report import _drafting_rounds
+
+    steps = [NS(start=4, draft=[0] * 7, accepted=7), NS(start=12, draft=[0] * 7, accepted=5),
+             NS(start=14, draft=[0] * 7, accepted=0)]
+    run = NS(prompt_ids=[0] * 4, new_ids=[0] * 12, steps=steps, stopped=False)
+    assert _drafting_rounds(run) == [(7, 7), (2, 2)]
+    # a stop token ended it: the server drafted whole blocks, it could not know
+    assert _drafting_rounds(NS(**{**vars(run), "stopped": True})) == [(7, 7), (7, 5), (7, 0)]
