@@ -401,3 +401,34 @@ def test_live_ggml_on_fresh_data(qtype, backend):
     lib.ggml_quantize_chunk(int(t), x.ctypes.data, want.ctypes.data, 0, x.shape[0], x.shape[1], None)
     got = quantize(x, t)
     assert np.array_equal(got.reshape(-1), want), describe_mismatch(x, got, want, qtype)
+
+
+def _edge_ranges(rng: np.random.Generator, n: int = 48, cols: int = 1024):
+    """Rows where the kernels' float rounding of the levels must step aside for ggml's literal
+    nearest_int (sub-blocks of tiny or subnormal range, huge values), or where the range
+    check itself is at its edges (ranges of one ulp, constant offsets, flat sub-blocks)."""
+    normal = rng.standard_normal((n, cols))
+    yield "subnormal", normal * 1e-39
+    yield "tiny", normal * 1e-36
+    yield "huge", normal * 1e30
+    yield "one-ulp range", 1 + np.float32(1.2e-7) * rng.integers(0, 3, (n, cols))
+    yield "offset", -5 + normal * 1e-5
+    sparse = normal * 0.02
+    sparse[rng.random((n, cols)) < 0.9] = 0
+    yield "sparse", sparse
+    yield "every scale", np.clip(normal * np.exp(rng.uniform(-100, 80, (n, cols))), -3e38, 3e38)
+    yield "mix", rng.choice(np.array([0, 1e-45, -1e-45, 2e-45, 1e-38, -1e-38, 1, -1, 3e38, -3e38]), (n, cols))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("qtype,backend", with_backends(["q4_K", "q5_K", "q6_K", "q8_0"]), indirect=["backend"])
+def test_live_ggml_on_edge_ranges(qtype, backend):
+    lib = _ggml_base()
+    t = resolve_qtype(qtype)
+    for name, x in _edge_ranges(np.random.default_rng(123)):
+        x = np.ascontiguousarray(x, dtype=np.float32)
+        want = np.zeros(x.shape[0] * row_nbytes(t, x.shape[1]), np.uint8)
+        lib.ggml_quantize_init(int(t))
+        lib.ggml_quantize_chunk(int(t), x.ctypes.data, want.ctypes.data, 0, x.shape[0], x.shape[1], None)
+        got = quantize(x, t)
+        assert np.array_equal(got.reshape(-1), want), f"{name}: " + describe_mismatch(x, got, want, qtype)
