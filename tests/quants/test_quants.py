@@ -209,6 +209,38 @@ def test_numba_env_switch(value, want):
     assert _numba._wanted(value) is want
 
 
+_SCIPY_PROBE = """
+import sys
+import numpy as np
+from dflash_gguf.quants import _numba
+_numba.kernel("q8_0")(np.zeros((1, 32), np.float32))
+print("scipy" in sys.modules)
+import numba
+@numba.njit
+def dot(a):
+    return np.dot(a, a)
+print(dot(np.ones(3)), "scipy.linalg" in sys.modules)
+"""
+
+
+@pytest.mark.skipif(not _numba.AVAILABLE, reason="numba is not installed")
+def test_numba_starts_without_scipy_and_leaves_it_importable():
+    """Starting the kernels imports no scipy (~0.5 s: numba's version check and BLAS probe);
+    jitted code that wants BLAS afterwards still gets it (a fresh process)."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    pytest.importorskip("scipy.linalg", reason="scipy is not installed: nothing to keep out")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("DFLASH_GGUF_NUMBA", None)
+    r = subprocess.run([sys.executable, "-c", _SCIPY_PROBE], env=env, capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["False", "3.0", "True"]
+
+
 @pytest.mark.skipif(not _numba.AVAILABLE, reason="numba is not installed")
 def test_numba_fp16_conversion_matches_numpy():
     # ggml_compute_fp32_to_fp16 / fp16_to_fp32 as compiled: against NumPy's casts (identical to
