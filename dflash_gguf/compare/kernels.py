@@ -58,16 +58,16 @@ def dequantize(raw: np.ndarray, t: Q, rows: int, cols: int, out: np.ndarray | No
     return y.reshape(rows, cols)
 
 
-def reencode16(raw: np.ndarray, src: Q, dst: Q, out: np.ndarray | None = None,
+def reencode16(raw: np.ndarray, src: Q, dst: Q, out: np.ndarray | None = None, e_out: np.ndarray | None = None,
                finite: bool | None = None) -> tuple[np.ndarray, np.ndarray] | None:
     """ggml's encoding in ``dst`` (F16 or BF16) of the 16-bit float values ``raw`` (flat
     uint8) of type ``src`` (BF16 or F16), and the error of each value read back from it.
 
-    Returns (e, d): e the encoded uint16 values, d = float32(e read back) - float32(value),
-    the bits NumPy's subtraction gives, both strided views into ``out`` (uint64, at least one
-    per value) when given. One table lookup gives both (each entry packs the encoding and its
-    error), half the lookups of encoding, then decoding for the error: the lookups are most of
-    an F16 compare. None for any other pair, or when a value is inf/NaN (the quantizer refuses
+    Returns (e, d): e the encoded uint16 values (in ``e_out``, uint16, when given), d =
+    float32(e read back) - float32(value), the bits NumPy's subtraction gives, a strided view
+    into ``out`` (uint64, one per value) when given. One table lookup gives both (each entry
+    packs the encoding and its error): the lookups are most of an F16 compare, and this is
+    half of them. None for any other pair, or when a value is inf/NaN (the quantizer refuses
     those, and its error names the first one); ``finite=True``: the caller knows every value
     is finite (no check)."""
     if (src, dst) not in ((Q.BF16, Q.F16), (Q.F16, Q.BF16)):
@@ -78,7 +78,9 @@ def reencode16(raw: np.ndarray, src: Q, dst: Q, out: np.ndarray | None = None,
     packed = np.empty(u.size, np.uint64) if out is None else out[:u.size]
     # mode="clip" skips take's per-index bounds check (a uint16 is always in range)
     np.take(_reencode_table(src, dst), u, out=packed, mode="clip")
-    return packed.view(np.uint16)[::4], packed.view(np.float32)[1::2]
+    e = np.empty(u.size, np.uint16) if e_out is None else e_out[:u.size]
+    np.copyto(e, packed, casting="unsafe")  # the low 16 bits, contiguous: compared at full speed
+    return e, packed.view(np.float32)[1::2]
 
 
 def block_check(d: np.ndarray, x: np.ndarray, bs: int, limit: float) -> tuple[int, float, int]:

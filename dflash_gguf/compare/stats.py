@@ -175,7 +175,7 @@ def _chunk_stats(job: _Job, r0: int, r1: int) -> _Stats:
         s.has_expected, s.exp_ss_d, s.exp_max_abs = True, s.ss_d, s.max_abs
         return s
     if e is not None:
-        e = np.ascontiguousarray(e).view(np.uint8)
+        e = e.view(np.uint8)
         ye = _deq(e, oth.qtype, rows, cols).reshape(-1)
         de = np.subtract(ye, xf)
         s.has_expected, s.exp_ss_d, s.exp_max_abs = True, _dot(de, de), _absmax(de)[0]
@@ -221,8 +221,9 @@ def _reencode(job: _Job, s: _Stats, xb: np.ndarray, x: np.ndarray, yb: np.ndarra
         # x.x is needed anyway, and finite means every x is (an inf or NaN makes it inf or
         # NaN), so the table's own inf/NaN scan only runs when it is not
         xx = _dot(x.reshape(-1), x.reshape(-1))
-        hit = reencode16(xb, ref.qtype, oth.qtype, _scratch.get("e", xb.size // 2, np.uint64),
-                         finite=math.isfinite(xx) or None)
+        n = xb.size // 2
+        hit = reencode16(xb, ref.qtype, oth.qtype, _scratch.get("packed", n, np.uint64),
+                         _scratch.get("e", n, np.uint16), finite=math.isfinite(xx) or None)
         if hit is not None:
             e, d = hit
             return e, xx, d
