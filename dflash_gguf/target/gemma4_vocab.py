@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gguf import GGUFValueType as T
+from ..fileio.gguf_constants import GGUFValueType as T
 
 from ..errors import TargetError
 from ..fileio.types import KV, kv_array, kv_bool, kv_str

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
-from gguf import GGUFValueType as T
+from ..fileio.gguf_constants import GGUFValueType as T
 
 from ..config import DrafterConfig, load_target_config
 from ..errors import ConfigError, TargetError, UsageError
