@@ -212,26 +212,28 @@ def _reencode(job: _Job, s: _Stats, xb: np.ndarray, x: np.ndarray, yb: np.ndarra
     16-bit float pairs, to compare with yb), with what came along: x.x, and for the 16-bit
     pairs d = e read back - x (else None). A NaN/inf in x (ggml refuses it) leaves e None and
     the quantizer's message in ``s.requant_error``."""
-    from ..quants import quantize
+    from ..quants import quantize, quantize_finite
     from .kernels import reencode16
 
     ref, oth = job.ref, job.other
-    xx = None
+    xf = x.reshape(-1)
+    # x.x is needed anyway, and finite means every x is (an inf or NaN makes it inf or NaN):
+    # then the encoders' own inf/NaN scans need not run
+    xx = _dot(xf, xf)
+    finite = math.isfinite(xx)
     if oth.qtype in (Q.F16, Q.BF16):  # the pairs reencode16 serves
-        # x.x is needed anyway, and finite means every x is (an inf or NaN makes it inf or
-        # NaN), so the table's own inf/NaN scan only runs when it is not
-        xx = _dot(x.reshape(-1), x.reshape(-1))
         n = xb.size // 2
         hit = reencode16(xb, ref.qtype, oth.qtype, _scratch.get("packed", n, np.uint64),
-                         _scratch.get("e", n, np.uint16), finite=math.isfinite(xx) or None)
+                         _scratch.get("e", n, np.uint16), finite=finite or None)
         if hit is not None:
             e, d = hit
             return e, xx, d
-    try:
-        e = quantize(x, oth.qtype, name=ref.name, threads=1).reshape(-1)
-    except QuantizationError as exc:  # NaN/inf in the reference: ggml would refuse it too
-        s.requant_error = str(exc)
-        e = None
+    e = quantize_finite(x, oth.qtype) if finite else None
+    if e is None:
+        try:
+            e = quantize(x, oth.qtype, name=ref.name, threads=1).reshape(-1)
+        except QuantizationError as exc:  # NaN/inf in the reference: ggml would refuse it too
+            s.requant_error = str(exc)
     return e, xx, None
 
 

@@ -464,3 +464,16 @@ def test_live_ggml_on_edge_ranges(qtype, backend):
         lib.ggml_quantize_chunk(int(t), x.ctypes.data, want.ctypes.data, 0, x.shape[0], x.shape[1], None)
         got = quantize(x, t)
         assert np.array_equal(got.reshape(-1), want), f"{name}: " + describe_mismatch(x, got, want, qtype)
+
+
+@pytest.mark.parametrize("qtype", ["q8_0", "q4_K", "q6_K", "f16", "bf16", "f32"])
+def test_quantize_finite_is_quantize(qtype):
+    """The compare's path for values it knows are finite: quantize's bytes, or None to let
+    quantize decide (wrong dtype, a row that is not whole blocks)."""
+    from dflash_gguf.quants import quantize_finite
+
+    x = (np.random.default_rng(3).standard_normal((4, 512)) * 0.02).astype(np.float32)
+    assert np.array_equal(quantize_finite(x, qtype), quantize(x, qtype, threads=1).reshape(-1))
+    assert quantize_finite(x.astype(np.float64), qtype) is None
+    if block_size(qtype) > 1:
+        assert quantize_finite(np.zeros((2, 48), np.float32), qtype) is None
