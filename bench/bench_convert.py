@@ -1,6 +1,6 @@
 """Benchmark `convert` against `cp` and llama.cpp's own converter: whole processes, one run.
 
-    python bench/bench_convert.py [--layers 2] [--repeat 3] [--no-reference] [--keep]
+    python bench/bench_convert.py [--layers 2] [--repeat 3] [--no-reference] [--keep] [--before DIR]
 
 Generates a synthetic drafter with Qwen3-8B-DFlash shapes (bf16; 2 layers ≈ 0.95 GB, 5 layers
 ≈ 2.1 GB) under bench/_work/ and a Qwen3-8B target with the real 151,936-token BPE vocabulary,
@@ -16,6 +16,7 @@ shared machine hits every job alike), --repeat rounds:
   gguf-dry      the same with --dry-run (everything but the write; ours-gguf minus it = the data path)
   ours-dir      `python -m dflash_gguf convert D -o X --target-dir T/` (vocab built from tokenizer.json)
   llama.cpp     `convert_hf_to_gguf.py D --target-model-dir T/ --outfile X` (the vendored converter)
+  before-gguf   with --before DIR: ours-gguf of another checkout (e.g. a `git archive` of main)
 Every output is deleted before its run (no unlink in the timing) and dirty pages are synced
 between runs. For each job: wall (best and median), CPU (user+sys of the child, from os.wait4)
 and peak RSS (ru_maxrss of the child; a child's starts at its parent's peak, so the inputs are
@@ -139,6 +140,8 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--no-reference", action="store_true", help="skip llama.cpp's converter (slow: torch)")
     ap.add_argument("--keep", action="store_true", help="keep bench/_work/ afterwards")
+    ap.add_argument("--before", type=Path, default=None,
+                    help="another checkout of dflash-gguf to time its convert --target-gguf alongside")
     ap.add_argument("--prepare", action="store_true", help=argparse.SUPPRESS)  # the generating child
     args = ap.parse_args()
     src_env = os.environ.get("DFLASH_LLAMA_CPP_SRC")
@@ -162,7 +165,7 @@ def main() -> None:
     if prep.returncode:
         sys.exit(f"generating the inputs failed:\n{prep.stderr[-3000:]}")
     largest, tdir, tgguf = json.loads(prep.stdout.splitlines()[-1])
-    print(f"CPU: {cpu_flags()}; python {sys.version.split()[0]}")
+    print(f"CPU: {cpu_flags()}; python {sys.version.split()[0]}; load average {os.getloadavg()[0]:.2f}")
     src = d / "model.safetensors"
     size = src.stat().st_size
     print(f"synthetic drafter: {size / 1e9:.2f} GB bf16, {args.layers} layers, hidden {args.hidden}, largest tensor "
@@ -185,6 +188,8 @@ def main() -> None:
         "gguf-dry": ([py, "-m", "dflash_gguf", "convert", str(d), "--dry-run", "--target-gguf", str(tgguf)], ours_env),
         "ours-dir": ([*ours, "--target-dir", str(tdir)], ours_env),
     }
+    if args.before:
+        jobs["before-gguf"] = ([*ours, "--target-gguf", str(tgguf)], {**ours_env, "PYTHONPATH": str(args.before.resolve())})
     if not args.no_reference:
         jobs["llama.cpp"] = ([py, str(llama_src / "convert_hf_to_gguf.py"), str(d), "--target-model-dir", str(tdir),
                               "--outfile", str(out), "--outtype", "auto"], ref_env)
@@ -209,8 +214,12 @@ def main() -> None:
     def med(name: str) -> float:
         return statistics.median(w for w, _, _ in results[name])
 
-    print(f"\nratio cp / ours-gguf        best {best['cp'] / best['ours-gguf']:.2f}x, median "
+    print(f"\nload average {os.getloadavg()[0]:.2f} (2-core machine)")
+    print(f"ratio cp / ours-gguf        best {best['cp'] / best['ours-gguf']:.2f}x, median "
           f"{med('cp') / med('ours-gguf'):.2f}x   (goal ≥ 0.80x)")
+    if "before-gguf" in best:
+        print(f"ratio cp / before-gguf      best {best['cp'] / best['before-gguf']:.2f}x, median "
+              f"{med('cp') / med('before-gguf'):.2f}x")
     write = [a - b for (a, _, _), (b, _, _) in zip(results["ours-gguf"], results["gguf-dry"])]
     print(f"ours-gguf minus its dry run (header + tensor data written): best {min(write):.2f} s, median "
           f"{statistics.median(write):.2f} s -> cp / that: best {best['cp'] / max(min(write), 1e-3):.2f}x, median "
