@@ -82,12 +82,13 @@ convert(sys.argv[1], sys.argv[2], format="lucebox", outtype=sys.argv[3], force=T
 '''
 
 
-def run_child(argv: list[str], env: dict[str, str]) -> tuple[float, float, int, str]:
+def run_child(argv: list[str], env: dict[str, str], cwd: Path | None = None) -> tuple[float, float, int, str]:
     """(wall s, CPU s, peak RSS bytes, stdout) of one child process, from os.wait4. A child's
-    ru_maxrss starts at this process's peak (kept across exec): this one stays small."""
+    ru_maxrss starts at this process's peak (kept across exec): this one stays small. ``cwd``:
+    a checkout's root, so that ``python -m`` imports that checkout (its cwd comes first)."""
     with tempfile.TemporaryFile() as out:
         t = time.perf_counter()
-        proc = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.PIPE)
+        proc = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.PIPE, cwd=cwd)
         err = proc.stderr.read()
         _, status, ru = os.wait4(proc.pid, 0)
         wall = time.perf_counter() - t
@@ -186,17 +187,18 @@ def main() -> None:
             subprocess.run([py, "-c", CONVERT, str(d), str(g), outtype], check=True, env=env)
             print(f"\n[{outtype}] converted to {g.name} ({g.stat().st_size / 1e9:.2f} GB) in "
                   f"{time.perf_counter() - t0:.1f} s")
-            jobs = {"baseline": ([py, "-c", BASELINE, str(d), str(g)], env),
-                    "ours": ([py, "-m", "dflash_gguf", "compare-weights", str(d), str(g), "--json"], env)}
+            jobs = {"baseline": ([py, "-c", BASELINE, str(d), str(g)], env, ROOT),
+                    "ours": ([py, "-m", "dflash_gguf", "compare-weights", str(d), str(g), "--json"], env, ROOT)}
             if outtype.startswith("q"):  # where the time goes: the same without the re-encode check
-                jobs["ours-noreq"] = ([*jobs["ours"][0], "--no-requantize"], env)
+                jobs["ours-noreq"] = ([*jobs["ours"][0], "--no-requantize"], env, ROOT)
             if args.before:
-                jobs["ours-before"] = (jobs["ours"][0], {**env, "PYTHONPATH": str(args.before.resolve())})
+                before = args.before.resolve()
+                jobs["ours-before"] = (jobs["ours"][0], {**env, "PYTHONPATH": str(before)}, before)
             res: dict[str, list] = {k: [] for k in jobs}
             print(f"  load average {os.getloadavg()[0]:.2f} (2-core machine: above 2, jobs wait for a core)")
             for r in range(args.repeat + 1):  # interleaved, so background load hits all alike
-                for name, (argv, job_env) in jobs.items():
-                    got = run_child(argv, job_env)
+                for name, (argv, job_env, cwd) in jobs.items():
+                    got = run_child(argv, job_env, cwd)
                     if r:  # round 0 warms numba's cache and the page cache, untimed
                         res[name].append(got)
             note = {"baseline": res["baseline"][0][3].split()[1]}

@@ -115,12 +115,13 @@ def cpu_flags() -> str:
     return f"{model}, {os.cpu_count()} cores, {'+'.join(have) or 'no avx2/avx512f'}"
 
 
-def run_child(argv: list[str], env: dict[str, str]) -> tuple[float, float, int]:
+def run_child(argv: list[str], env: dict[str, str], cwd: Path | None = None) -> tuple[float, float, int]:
     """(wall s, CPU s = user + sys, peak RSS bytes) of one child process, from os.wait4.
     posix_spawn/vfork (subprocess's default here) gives the child no copy of this process's
-    pages, so its ru_maxrss is its own."""
+    pages, so its ru_maxrss is its own. ``cwd``: a checkout's root, so that ``python -m``
+    imports that checkout (its cwd comes first on sys.path)."""
     t = time.perf_counter()
-    proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=cwd)
     _, status, ru = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - t
     proc.returncode = os.waitstatus_to_exitcode(status)
@@ -180,27 +181,29 @@ def main() -> None:
               " b = bytearray(16 << 20); m = memoryview(b)\n"
               " while (n := f.readinto(b)): g.write(m[:n])\n")
     jobs = {
-        "cp": (["cp", str(src), str(out)], os.environ.copy()),
-        "copy16": ([py, "-c", copy16, str(src), str(out)], os.environ.copy()),
-        "ours-gguf": ([*ours, "--target-gguf", str(tgguf)], ours_env),
+        "cp": (["cp", str(src), str(out)], os.environ.copy(), ROOT),
+        "copy16": ([py, "-c", copy16, str(src), str(out)], os.environ.copy(), ROOT),
+        "ours-gguf": ([*ours, "--target-gguf", str(tgguf)], ours_env, ROOT),
         # the same process up to the write: read, validate, plan (its wall, taken from
         # ours-gguf's, is what writing the header and the tensor data costs)
-        "gguf-dry": ([py, "-m", "dflash_gguf", "convert", str(d), "--dry-run", "--target-gguf", str(tgguf)], ours_env),
-        "ours-dir": ([*ours, "--target-dir", str(tdir)], ours_env),
+        "gguf-dry": ([py, "-m", "dflash_gguf", "convert", str(d), "--dry-run", "--target-gguf", str(tgguf)], ours_env,
+                     ROOT),
+        "ours-dir": ([*ours, "--target-dir", str(tdir)], ours_env, ROOT),
     }
-    if args.before:
-        jobs["before-gguf"] = ([*ours, "--target-gguf", str(tgguf)], {**ours_env, "PYTHONPATH": str(args.before.resolve())})
+    if args.before:  # run from that checkout's root: `python -m` imports from its cwd first
+        before = args.before.resolve()
+        jobs["before-gguf"] = ([*ours, "--target-gguf", str(tgguf)], {**ours_env, "PYTHONPATH": str(before)}, before)
     if not args.no_reference:
         jobs["llama.cpp"] = ([py, str(llama_src / "convert_hf_to_gguf.py"), str(d), "--target-model-dir", str(tdir),
-                              "--outfile", str(out), "--outtype", "auto"], ref_env)
+                              "--outfile", str(out), "--outtype", "auto"], ref_env, ROOT)
     floor = run_child(["true"], os.environ.copy())[2]
     print(f"RSS floor inherited from this process: {floor / MiB:.0f} MiB (no child reports less)")
     results: dict[str, list[tuple[float, float, int]]] = {k: [] for k in jobs}
     for r in range(args.repeat):
-        for name, (argv, env) in jobs.items():
+        for name, (argv, env, cwd) in jobs.items():
             out.unlink(missing_ok=True)
             os.sync()  # flush the previous job's dirty pages: none of it lands in this job's timing
-            results[name].append(run_child(argv, env))
+            results[name].append(run_child(argv, env, cwd))
         print(f"  round {r + 1}: " + ", ".join(f"{k} {v[-1][0]:.2f} s" for k, v in results.items()), flush=True)
 
     print(f"\n{'job':10} {'wall best':>9} {'median':>7} {'CPU best':>8} {'peak RSS':>9}   MB/s (best)")
