@@ -133,9 +133,10 @@ def write_gguf(
 def _header(arch: str, kvs: Sequence[KV], tensors: Sequence[TensorOut]) -> tuple[bytes, int]:
     """Header, metadata and tensor infos as GGUFWriter writes them, and the data alignment.
 
-    As there: ``general.architecture`` comes first, a repeated key keeps its first place and
-    takes the last value, ``general.alignment`` sets the alignment the tensor offsets use."""
-    pairs = {"general.architecture": KV("general.architecture", arch, GGUFValueType.STRING)}
+    As there: ``general.architecture`` comes first (not at all when ``arch`` is empty or None:
+    GGUFWriter.add_string skips falsy values), a repeated key keeps its first place and takes
+    the last value, ``general.alignment`` sets the alignment the tensor offsets use."""
+    pairs = {"general.architecture": KV("general.architecture", arch, GGUFValueType.STRING)} if arch else {}
     align = GGUF_DEFAULT_ALIGNMENT
     for kv in kvs:
         if kv.key == "general.alignment":

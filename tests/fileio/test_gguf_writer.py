@@ -269,6 +269,9 @@ def test_header_is_gguf_py_s(tmp_path, alignment):
     ours, align = gguf_writer._header("test", kvs, tensors)
     assert align == (alignment or 32)
     assert ours == _gguf_py_header(tmp_path / "plain.gguf", "test", kvs, infos)
+    # no architecture (a file whose general.architecture is not a string): none written, as there
+    for arch in ("", None):
+        assert gguf_writer._header(arch, kvs, tensors)[0] == _gguf_py_header(tmp_path / "none.gguf", arch, kvs, infos)
     # and an empty array with a known item type, which gguf-py refuses but GGUF allows
     empty, _ = gguf_writer._header("test", [KV("a.none", [], T.ARRAY, T.UINT32)], tensors[:1])
     assert empty[24:].startswith(b"".join([
