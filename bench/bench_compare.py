@@ -1,6 +1,7 @@
 """Benchmark `compare-weights` against the straightforward approach: whole processes, one run.
 
-    python bench/bench_compare.py [--layers 2] [--types q8_0,q4_k_m,auto,f16] [--repeat 2] [--keep]
+    python bench/bench_compare.py [--layers 2] [--types q8_0,q4_k_m,auto,f16] [--repeat 3] [--keep]
+                                  [--before DIR]   # also time another checkout (e.g. a git archive of main)
     python bench/bench_compare.py --bands      # re-measure the default tolerance bands instead
 
 Generates a synthetic drafter with Qwen3-8B-DFlash shapes (bf16; 2 layers ~ 0.95 GB) under
@@ -14,10 +15,13 @@ type, runs each side as a fresh child process, interleaved, --repeat rounds:
   - ours: `python -m dflash_gguf compare-weights D G --json` (which also re-encodes every
     tensor with the ggml-exact quantizer and compares the bytes), its verdict checked;
   - ours-noreq (quantized types): the same with --no-requantize, to show what the re-encode
-    check costs (not the goal's measure: it gives up the bit-identical verdict).
-For each: wall of the whole process (best and median), CPU (user + sys, os.wait4), peak RSS
+    check costs (not the goal's measure: it gives up the bit-identical verdict);
+  - ours-before (with --before DIR): `compare-weights` of another checkout, for before/after.
+One untimed round first (numba's cache, the page cache), then --repeat timed rounds. For each:
+wall of the whole process (best and median), CPU (user + sys, os.wait4; median), peak RSS
 (ru_maxrss of the child), the library's own time (inside the process, after imports), and the
-ratio baseline/ours (goal >= 2x on every type). Timings on a shared machine are noisy.
+ratio baseline/ours (goal >= 2x on every type). Timings on a shared machine are noisy: the load
+average is printed with each type, and every job of a round runs back to back.
 """
 from __future__ import annotations
 
@@ -78,12 +82,13 @@ convert(sys.argv[1], sys.argv[2], format="lucebox", outtype=sys.argv[3], force=T
 '''
 
 
-def run_child(argv: list[str], env: dict[str, str]) -> tuple[float, float, int, str]:
+def run_child(argv: list[str], env: dict[str, str], cwd: Path | None = None) -> tuple[float, float, int, str]:
     """(wall s, CPU s, peak RSS bytes, stdout) of one child process, from os.wait4. A child's
-    ru_maxrss starts at this process's peak (kept across exec): this one stays small."""
+    ru_maxrss starts at this process's peak (kept across exec): this one stays small. ``cwd``:
+    a checkout's root, so that ``python -m`` imports that checkout (its cwd comes first)."""
     with tempfile.TemporaryFile() as out:
         t = time.perf_counter()
-        proc = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.PIPE)
+        proc = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.PIPE, cwd=cwd)
         err = proc.stderr.read()
         _, status, ru = os.wait4(proc.pid, 0)
         wall = time.perf_counter() - t
@@ -140,9 +145,11 @@ def main() -> None:
     ap.add_argument("--intermediate", type=int, default=12288)
     ap.add_argument("--taps", type=int, default=5)
     ap.add_argument("--heads", type=int, default=32)
-    ap.add_argument("--repeat", type=int, default=2)
+    ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--types", default="q8_0,q4_k_m,auto,f16", help="outtypes to measure (comma-separated)")
     ap.add_argument("--keep", action="store_true", help="keep bench/_work_compare/ afterwards")
+    ap.add_argument("--before", type=Path, default=None,
+                    help="another checkout of dflash-gguf (e.g. a `git archive` of main) to time alongside")
     ap.add_argument("--bands", action="store_true", help="measure the default tolerance bands and exit")
     ap.add_argument("--prepare", action="store_true", help=argparse.SUPPRESS)  # the generating child
     args = ap.parse_args()
@@ -180,14 +187,20 @@ def main() -> None:
             subprocess.run([py, "-c", CONVERT, str(d), str(g), outtype], check=True, env=env)
             print(f"\n[{outtype}] converted to {g.name} ({g.stat().st_size / 1e9:.2f} GB) in "
                   f"{time.perf_counter() - t0:.1f} s")
-            jobs = {"baseline": [py, "-c", BASELINE, str(d), str(g)],
-                    "ours": [py, "-m", "dflash_gguf", "compare-weights", str(d), str(g), "--json"]}
+            jobs = {"baseline": ([py, "-c", BASELINE, str(d), str(g)], env, ROOT),
+                    "ours": ([py, "-m", "dflash_gguf", "compare-weights", str(d), str(g), "--json"], env, ROOT)}
             if outtype.startswith("q"):  # where the time goes: the same without the re-encode check
-                jobs["ours-noreq"] = [*jobs["ours"], "--no-requantize"]
+                jobs["ours-noreq"] = ([*jobs["ours"][0], "--no-requantize"], env, ROOT)
+            if args.before:
+                before = args.before.resolve()
+                jobs["ours-before"] = (jobs["ours"][0], {**env, "PYTHONPATH": str(before)}, before)
             res: dict[str, list] = {k: [] for k in jobs}
-            for _ in range(args.repeat):  # interleaved, so background load hits both alike
-                for name, argv in jobs.items():
-                    res[name].append(run_child(argv, env))
+            print(f"  load average {os.getloadavg()[0]:.2f} (2-core machine: above 2, jobs wait for a core)")
+            for r in range(args.repeat + 1):  # interleaved, so background load hits all alike
+                for name, (argv, job_env, cwd) in jobs.items():
+                    got = run_child(argv, job_env, cwd)
+                    if r:  # round 0 warms numba's cache and the page cache, untimed
+                        res[name].append(got)
             note = {"baseline": res["baseline"][0][3].split()[1]}
             inner = {"baseline": [float(r[3].split()[0]) for r in res["baseline"]]}
             for name in jobs:
@@ -198,13 +211,19 @@ def main() -> None:
                     note[name] = doc["summary"]["line"]
             for name in jobs:
                 walls = [r[0] for r in res[name]]
-                print(f"  {name:10} wall best {min(walls):6.2f} s, median {statistics.median(walls):6.2f} s; "
-                      f"CPU best {min(r[1] for r in res[name]):6.2f} s; peak RSS {max(r[2] for r in res[name]) / MiB:5.0f} MiB; "
+                print(f"  {name:11} wall best {min(walls):6.2f} s, median {statistics.median(walls):6.2f} s; "
+                      f"CPU median {statistics.median(r[1] for r in res[name]):6.2f} s; "
+                      f"peak RSS {max(r[2] for r in res[name]) / MiB:5.0f} MiB; "
                       f"in-process {min(inner[name]):6.2f} s   {note[name]}")
             bw, ow = [r[0] for r in res["baseline"]], [r[0] for r in res["ours"]]
             print(f"  ratio baseline/ours: best {min(bw) / min(ow):.2f}x, median "
                   f"{statistics.median(bw) / statistics.median(ow):.2f}x   (goal >= 2x); "
                   f"{size / 1e6 / min(ow):.0f} MB/s of checkpoint bytes")
+            if args.before:
+                pw = [r[0] for r in res["ours-before"]]
+                print(f"  ratio baseline/ours-before: median {statistics.median(bw) / statistics.median(pw):.2f}x; "
+                      f"ours-before/ours: median {statistics.median(pw) / statistics.median(ow):.2f}x")
+            print(f"  load average {os.getloadavg()[0]:.2f}")
             g.unlink()
     finally:
         if not args.keep:

@@ -1,6 +1,6 @@
 """Benchmark `convert` against `cp` and llama.cpp's own converter: whole processes, one run.
 
-    python bench/bench_convert.py [--layers 2] [--repeat 3] [--no-reference] [--keep]
+    python bench/bench_convert.py [--layers 2] [--repeat 3] [--no-reference] [--keep] [--before DIR]
 
 Generates a synthetic drafter with Qwen3-8B-DFlash shapes (bf16; 2 layers ≈ 0.95 GB, 5 layers
 ≈ 2.1 GB) under bench/_work/ and a Qwen3-8B target with the real 151,936-token BPE vocabulary,
@@ -16,6 +16,7 @@ shared machine hits every job alike), --repeat rounds:
   gguf-dry      the same with --dry-run (everything but the write; ours-gguf minus it = the data path)
   ours-dir      `python -m dflash_gguf convert D -o X --target-dir T/` (vocab built from tokenizer.json)
   llama.cpp     `convert_hf_to_gguf.py D --target-model-dir T/ --outfile X` (the vendored converter)
+  before-gguf   with --before DIR: ours-gguf of another checkout (e.g. a `git archive` of main)
 Every output is deleted before its run (no unlink in the timing) and dirty pages are synced
 between runs. For each job: wall (best and median), CPU (user+sys of the child, from os.wait4)
 and peak RSS (ru_maxrss of the child; a child's starts at its parent's peak, so the inputs are
@@ -114,12 +115,13 @@ def cpu_flags() -> str:
     return f"{model}, {os.cpu_count()} cores, {'+'.join(have) or 'no avx2/avx512f'}"
 
 
-def run_child(argv: list[str], env: dict[str, str]) -> tuple[float, float, int]:
+def run_child(argv: list[str], env: dict[str, str], cwd: Path | None = None) -> tuple[float, float, int]:
     """(wall s, CPU s = user + sys, peak RSS bytes) of one child process, from os.wait4.
     posix_spawn/vfork (subprocess's default here) gives the child no copy of this process's
-    pages, so its ru_maxrss is its own."""
+    pages, so its ru_maxrss is its own. ``cwd``: a checkout's root, so that ``python -m``
+    imports that checkout (its cwd comes first on sys.path)."""
     t = time.perf_counter()
-    proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=cwd)
     _, status, ru = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - t
     proc.returncode = os.waitstatus_to_exitcode(status)
@@ -139,6 +141,8 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--no-reference", action="store_true", help="skip llama.cpp's converter (slow: torch)")
     ap.add_argument("--keep", action="store_true", help="keep bench/_work/ afterwards")
+    ap.add_argument("--before", type=Path, default=None,
+                    help="another checkout of dflash-gguf to time its convert --target-gguf alongside")
     ap.add_argument("--prepare", action="store_true", help=argparse.SUPPRESS)  # the generating child
     args = ap.parse_args()
     src_env = os.environ.get("DFLASH_LLAMA_CPP_SRC")
@@ -162,7 +166,7 @@ def main() -> None:
     if prep.returncode:
         sys.exit(f"generating the inputs failed:\n{prep.stderr[-3000:]}")
     largest, tdir, tgguf = json.loads(prep.stdout.splitlines()[-1])
-    print(f"CPU: {cpu_flags()}; python {sys.version.split()[0]}")
+    print(f"CPU: {cpu_flags()}; python {sys.version.split()[0]}; load average {os.getloadavg()[0]:.2f}")
     src = d / "model.safetensors"
     size = src.stat().st_size
     print(f"synthetic drafter: {size / 1e9:.2f} GB bf16, {args.layers} layers, hidden {args.hidden}, largest tensor "
@@ -177,25 +181,29 @@ def main() -> None:
               " b = bytearray(16 << 20); m = memoryview(b)\n"
               " while (n := f.readinto(b)): g.write(m[:n])\n")
     jobs = {
-        "cp": (["cp", str(src), str(out)], os.environ.copy()),
-        "copy16": ([py, "-c", copy16, str(src), str(out)], os.environ.copy()),
-        "ours-gguf": ([*ours, "--target-gguf", str(tgguf)], ours_env),
+        "cp": (["cp", str(src), str(out)], os.environ.copy(), ROOT),
+        "copy16": ([py, "-c", copy16, str(src), str(out)], os.environ.copy(), ROOT),
+        "ours-gguf": ([*ours, "--target-gguf", str(tgguf)], ours_env, ROOT),
         # the same process up to the write: read, validate, plan (its wall, taken from
         # ours-gguf's, is what writing the header and the tensor data costs)
-        "gguf-dry": ([py, "-m", "dflash_gguf", "convert", str(d), "--dry-run", "--target-gguf", str(tgguf)], ours_env),
-        "ours-dir": ([*ours, "--target-dir", str(tdir)], ours_env),
+        "gguf-dry": ([py, "-m", "dflash_gguf", "convert", str(d), "--dry-run", "--target-gguf", str(tgguf)], ours_env,
+                     ROOT),
+        "ours-dir": ([*ours, "--target-dir", str(tdir)], ours_env, ROOT),
     }
+    if args.before:  # run from that checkout's root: `python -m` imports from its cwd first
+        before = args.before.resolve()
+        jobs["before-gguf"] = ([*ours, "--target-gguf", str(tgguf)], {**ours_env, "PYTHONPATH": str(before)}, before)
     if not args.no_reference:
         jobs["llama.cpp"] = ([py, str(llama_src / "convert_hf_to_gguf.py"), str(d), "--target-model-dir", str(tdir),
-                              "--outfile", str(out), "--outtype", "auto"], ref_env)
+                              "--outfile", str(out), "--outtype", "auto"], ref_env, ROOT)
     floor = run_child(["true"], os.environ.copy())[2]
     print(f"RSS floor inherited from this process: {floor / MiB:.0f} MiB (no child reports less)")
     results: dict[str, list[tuple[float, float, int]]] = {k: [] for k in jobs}
     for r in range(args.repeat):
-        for name, (argv, env) in jobs.items():
+        for name, (argv, env, cwd) in jobs.items():
             out.unlink(missing_ok=True)
             os.sync()  # flush the previous job's dirty pages: none of it lands in this job's timing
-            results[name].append(run_child(argv, env))
+            results[name].append(run_child(argv, env, cwd))
         print(f"  round {r + 1}: " + ", ".join(f"{k} {v[-1][0]:.2f} s" for k, v in results.items()), flush=True)
 
     print(f"\n{'job':10} {'wall best':>9} {'median':>7} {'CPU best':>8} {'peak RSS':>9}   MB/s (best)")
@@ -209,8 +217,12 @@ def main() -> None:
     def med(name: str) -> float:
         return statistics.median(w for w, _, _ in results[name])
 
-    print(f"\nratio cp / ours-gguf        best {best['cp'] / best['ours-gguf']:.2f}x, median "
+    print(f"\nload average {os.getloadavg()[0]:.2f} (2-core machine)")
+    print(f"ratio cp / ours-gguf        best {best['cp'] / best['ours-gguf']:.2f}x, median "
           f"{med('cp') / med('ours-gguf'):.2f}x   (goal ≥ 0.80x)")
+    if "before-gguf" in best:
+        print(f"ratio cp / before-gguf      best {best['cp'] / best['before-gguf']:.2f}x, median "
+              f"{med('cp') / med('before-gguf'):.2f}x")
     write = [a - b for (a, _, _), (b, _, _) in zip(results["ours-gguf"], results["gguf-dry"])]
     print(f"ours-gguf minus its dry run (header + tensor data written): best {min(write):.2f} s, median "
           f"{statistics.median(write):.2f} s -> cp / that: best {best['cp'] / max(min(write), 1e-3):.2f}x, median "

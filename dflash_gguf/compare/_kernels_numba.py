@@ -14,6 +14,7 @@ from ..quants._numba.common import JIT_OPTIONS
 
 jit = numba.njit(**JIT_OPTIONS)
 F32 = np.float32
+_INF = F32(np.inf)
 
 
 @jit
@@ -87,20 +88,45 @@ def q6_k(raw, f16, out):
 
 
 @jit
-def lut_u16(u, table, out):
-    """out[i] = table[u[i]] for uint16 ``u``."""
-    for i in range(u.shape[0]):
-        out[i] = table[u[i]]
-
-
-@jit
-def lut_u16_finite(u, table, exp_mask, out):
-    """out[i] = table[u[i]]; False when some u has every ``exp_mask`` bit set (inf/NaN)."""
+def block_check(d, x, bs, limit):
+    """kernels.block_check in one pass: per block, m = max |d| and r = max |x| with NumPy's
+    maximum (a NaN sticks), ratio = m / r (inf if r is not > 0 and m > 0, else 0 there; NaN ->
+    inf); the count of ratios > limit (float32), the first largest ratio, and in its block the
+    first largest |d| (or the first NaN) -- NumPy's argmax."""
+    nb = d.shape[0] // bs
     bad = 0
-    for i in range(u.shape[0]):
-        v = u[i]
-        if (np.int64(v) & exp_mask) == exp_mask:
-            bad = 1
-        out[i] = table[v]
-    return bad == 0
-
+    worst = F32(-1.0)
+    wb = -1
+    for b in range(nb):
+        o = b * bs
+        m = F32(0.0)
+        r = F32(0.0)
+        for i in range(o, o + bs):
+            a = abs(d[i])
+            m = a if (a > m or a != a) else m
+            c = abs(x[i])
+            r = c if (c > r or c != c) else r
+        if r > 0:
+            q = m / r
+        else:
+            q = _INF if m > 0 else F32(0.0)
+        if q != q:
+            q = _INF
+        if q > limit:
+            bad += 1
+        if q > worst:
+            worst = q
+            wb = b
+    if bad == 0:
+        return 0, F32(0.0), -1
+    o = wb * bs
+    at = o
+    m = abs(d[o])
+    for i in range(o, o + bs):
+        a = abs(d[i])
+        if a != a:
+            return bad, worst, i
+        if a > m:
+            m = a
+            at = i
+    return bad, worst, at

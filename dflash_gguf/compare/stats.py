@@ -19,8 +19,8 @@ import numpy as np
 from gguf import GGMLQuantizationType as Q
 
 from ..errors import QuantizationError
-from ..quants.base import reduce_rows
 from .bands import _FLOATS
+from .kernels import block_check
 from .report import TensorComparison
 from .sides import _Side, _deq
 
@@ -129,23 +129,14 @@ def _chunk_stats(job: _Job, r0: int, r1: int) -> _Stats:
     s = _Stats()
     xb = ref.fetch(r0, r1, _scratch.get("xb", ref.nbytes // max(ref.rows, 1) * rows))
     yb = oth.fetch(r0, r1, _scratch.get("yb", oth.nbytes // max(oth.rows, 1) * rows))
-    x = e = None  # e: ggml's encoding of x in other's type, when re-encoded
+    x = e = xx = d = None  # e: ggml's encoding of x in other's type, when re-encoded; xx: x.x
     if ref.qtype == oth.qtype:
         s.identical = bool(np.array_equal(xb, yb))
     else:
         x = _deq(xb, ref.qtype, rows, cols, _scratch.get("x", n, np.float32))
         if job.requant:
-            from ..quants import quantize
-            from .kernels import reencode16
-
-            # BF16 <-> F16 by table: the quantizer's bytes
-            e = reencode16(xb, ref.qtype, oth.qtype, _scratch.get("e", yb.size))
-            if e is None:
-                try:
-                    e = quantize(x, oth.qtype, name=ref.name, threads=1).reshape(-1)
-                except QuantizationError as exc:  # NaN/inf in the reference: ggml would refuse it too
-                    s.requant_error = str(exc)
-        s.identical = e is not None and bool(np.array_equal(e, yb))
+            e, xx, d = _reencode(job, s, xb, x, yb)
+        s.identical = e is not None and bool(np.array_equal(e, yb.view(e.dtype)))
     if s.identical and _lossless(ref.qtype, oth.qtype):  # y == x: no numbers to compute
         s.lossless = True
         s.any_nonzero = bool(xb.any())
@@ -153,11 +144,17 @@ def _chunk_stats(job: _Job, r0: int, r1: int) -> _Stats:
         return s
     if x is None:
         x = _deq(xb, ref.qtype, rows, cols, _scratch.get("x", n, np.float32))
-    y = _deq(yb, oth.qtype, rows, cols, _scratch.get("y", n, np.float32))
-    xf, yf = x.reshape(-1), y.reshape(-1)
-    d = np.subtract(yf, xf, out=_scratch.get("d", n, np.float32))
+    xf = x.reshape(-1)
+    y = None  # y is read back only where needed
+    if s.identical and d is not None:  # the 16-bit re-encoding came with d = e read back - x = y - x
+        buf = _scratch.get("d", n, np.float32)
+        np.copyto(buf, d)  # contiguous, as the subtraction's: BLAS sums it the same way
+        d = buf
+    else:
+        y = _deq(yb, oth.qtype, rows, cols, _scratch.get("y", n, np.float32)).reshape(-1)
+        d = np.subtract(y, xf, out=_scratch.get("d", n, np.float32))
     # three dots, not four: x.y = x.x + x.d and y.y = x.x + 2 x.d + d.d (y = x + d)
-    s.ss_x, s.ss_d, xd = _dot(xf, xf), _dot(d, d), _dot(xf, d)
+    s.ss_x, s.ss_d, xd = _dot(xf, xf) if xx is None else xx, _dot(d, d), _dot(xf, d)
     if not math.isfinite(s.ss_d + s.ss_x + xd) and np.isfinite(d).all():
         # finite but huge values (a flipped exponent bit) overflow float32 products
         x64, d64 = xf.astype(np.float64), d.astype(np.float64)
@@ -167,7 +164,9 @@ def _chunk_stats(job: _Job, r0: int, r1: int) -> _Stats:
     s.max_abs, i = _absmax(d)
     s.max_idx = r0 * cols + i
     if not (math.isfinite(s.ss_y) and math.isfinite(s.ss_x)):
-        bad = ~np.isfinite(yf) & np.isfinite(xf)
+        if y is None:
+            y = _deq(yb, oth.qtype, rows, cols, _scratch.get("y", n, np.float32)).reshape(-1)
+        bad = ~np.isfinite(y) & np.isfinite(xf)
         s.nonfinite = int(np.count_nonzero(bad))
         if s.nonfinite:
             s.nonfinite_idx = r0 * cols + int(np.flatnonzero(bad)[0])
@@ -176,35 +175,25 @@ def _chunk_stats(job: _Job, r0: int, r1: int) -> _Stats:
         s.has_expected, s.exp_ss_d, s.exp_max_abs = True, s.ss_d, s.max_abs
         return s
     if e is not None:
+        e = e.view(np.uint8)
         ye = _deq(e, oth.qtype, rows, cols).reshape(-1)
         de = np.subtract(ye, xf)
         s.has_expected, s.exp_ss_d, s.exp_max_abs = True, _dot(de, de), _absmax(de)[0]
-        np.subtract(yf, ye, out=de)
+        np.subtract(y, ye, out=de)
         s.dev_ss = _dot(de, de)
         s.bytes_diff = int(np.count_nonzero(e != yb))
     elif ref.qtype == oth.qtype:
         s.bytes_diff = int(np.count_nonzero(xb != yb))
         if job.exact_ref:  # ggml's encoding of x in x's own type is x itself
             s.has_expected, s.dev_ss = True, s.ss_d
-    ad = np.abs(d)
     if job.bad_kind == "block":
         # per-block max error relative to the block's own range: a corrupted byte is many steps
         # off in its block even when it barely moves the tensor's RMS
-        bs = job.block
-        # max over each block's values: NumPy reduces short rows one at a time (~100 ns each);
-        # the quantizer's halving helper does it as a few long passes (same maxima, NaN kept)
-        num = reduce_rows(np.maximum, ad.reshape(-1, bs))
-        den = reduce_rows(np.maximum, np.abs(xf).reshape(-1, bs))
-        with np.errstate(divide="ignore", invalid="ignore"):
-            ratio = np.where(den > 0, num / np.where(den > 0, den, 1), np.where(num > 0, np.inf, 0))
-        ratio = np.where(np.isnan(ratio), np.inf, ratio)
-        over = ratio > job.bad_limit
-        s.bad = int(np.count_nonzero(over))
+        s.bad, worst, at = block_check(d, xf, job.block, job.bad_limit)
         if s.bad:
-            k = int(np.argmax(ratio))
-            within_block = int(np.argmax(ad[k * bs:(k + 1) * bs]))
-            s.bad_worst, s.bad_idx = float(ratio[k]), r0 * cols + k * bs + within_block
+            s.bad_worst, s.bad_idx = worst, r0 * cols + at
     elif job.bad_kind == "elem":
+        ad = np.abs(d)
         lim = np.abs(xf) * np.float32(job.bad_limit) + np.float32(job.bad_abs)
         with np.errstate(divide="ignore", invalid="ignore"):
             ratio = ad / lim
@@ -215,6 +204,37 @@ def _chunk_stats(job: _Job, r0: int, r1: int) -> _Stats:
             k = int(np.argmax(ratio))
             s.bad_worst, s.bad_idx = float(ratio[k]), r0 * cols + k
     return s
+
+
+def _reencode(job: _Job, s: _Stats, xb: np.ndarray, x: np.ndarray, yb: np.ndarray
+              ) -> tuple[np.ndarray | None, float | None, np.ndarray | None]:
+    """ggml's encoding e of the chunk's x in the other side's type (bytes, or uint16 for the
+    16-bit float pairs, to compare with yb), with what came along: x.x, and for the 16-bit
+    pairs d = e read back - x (else None). A NaN/inf in x (ggml refuses it) leaves e None and
+    the quantizer's message in ``s.requant_error``."""
+    from ..quants import quantize, quantize_finite
+    from .kernels import reencode16
+
+    ref, oth = job.ref, job.other
+    xf = x.reshape(-1)
+    # x.x is needed anyway, and finite means every x is (an inf or NaN makes it inf or NaN):
+    # then the encoders' own inf/NaN scans need not run
+    xx = _dot(xf, xf)
+    finite = math.isfinite(xx)
+    if oth.qtype in (Q.F16, Q.BF16):  # the pairs reencode16 serves
+        n = xb.size // 2
+        hit = reencode16(xb, ref.qtype, oth.qtype, _scratch.get("packed", n, np.uint64),
+                         _scratch.get("e", n, np.uint16), finite=finite or None)
+        if hit is not None:
+            e, d = hit
+            return e, xx, d
+    e = quantize_finite(x, oth.qtype) if finite else None
+    if e is None:
+        try:
+            e = quantize(x, oth.qtype, name=ref.name, threads=1).reshape(-1)
+        except QuantizationError as exc:  # NaN/inf in the reference: ggml would refuse it too
+            s.requant_error = str(exc)
+    return e, xx, None
 
 
 def _dot(a: np.ndarray, b: np.ndarray) -> float:

@@ -7,19 +7,24 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable, Iterator
-
-import numpy as np
-from gguf import GGMLQuantizationType as Q
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator
 
 from ..config import DrafterConfig, load_config
 from ..errors import TargetError, UsageError
+from ..fileio.gguf_constants import GGMLQuantizationType as Q
 from ..fileio.gguf_writer import FileSpan, TensorOut, WriteReport, write_gguf
-from ..fileio.safetensors import SourceTensor, iter_raw, read_inventory, read_raw, to_f32
+from ..fileio.safetensors import SourceTensor, bf16_bytes_to_f32, iter_raw, read_inventory, read_raw, to_f32
 from ..formats import get_format
 from ..target.info import check_drafter_fits, load_target
 from .mask_embedding import EMBED, MASK_FILE, MaskEmbedding, load_mask_embedding, patch_row, target_tables
 from .plan import ROPE_FREQS, ConversionPlan, TensorPlan, build_plan, llama3_rope_factors
+
+if TYPE_CHECKING:  # numpy: imported where tensor data is converted, never for a plain copy
+    import numpy as np
+
+# BF16 tensors up to this size become F32 without numpy (the norms of a bf16 conversion: with
+# the rest copied as stored, a conversion then never imports numpy, ~0.15 s of its start)
+SMALL_BYTES = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -127,6 +132,8 @@ def _producer(p: TensorPlan, by_name: dict[str, SourceTensor], conv: Conversion)
 def neox_permute(raw: np.ndarray, head_dim: int) -> np.ndarray:
     """Rows of an interleaved-rope (GPT-J) Q/K weight or norm in NeoX order: per head, the even
     dims then the odd ones — mainline's ``reshape(-1, hd/2, 2, ...).transpose(1, 2)``."""
+    import numpy as np
+
     n = raw.shape[0]
     idx = np.arange(n).reshape(-1, head_dim // 2, 2).transpose(0, 2, 1).reshape(-1)
     return raw[idx]
@@ -150,6 +157,9 @@ def encode(src: SourceTensor, qtype: Q, chunks: Iterable[np.ndarray] | None = No
     if passthrough and chunks is None:
         # Stored bytes are the encoding: copied file to file by the writer (in the kernel).
         yield FileSpan(src.file, src.offset, src.nbytes, src.name)
+        return
+    if (qtype, src.dtype) == (Q.F32, "BF16") and chunks is None and src.nbytes <= SMALL_BYTES:
+        yield bf16_bytes_to_f32(src)
         return
     quantize = None
     if not passthrough and qtype != Q.F32:

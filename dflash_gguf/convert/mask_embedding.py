@@ -10,8 +10,7 @@ from __future__ import annotations
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from ..config import DrafterConfig, load_target_config
 from ..errors import ConfigError, TargetError, UsageError, WeightsError
@@ -20,6 +19,9 @@ from ..fileio.safetensors import FLOAT_DTYPES, SourceTensor, read_inventory
 MASK_FILE = "mask_embedding.pt"
 EMBED, HEAD = "embed_tokens.weight", "lm_head.weight"  # drafter checkpoint names (without "model.")
 _GGUF_FLOATS = {"F32": "F32", "F16": "F16", "BF16": "BF16"}  # GGML type name -> safetensors dtype
+
+if TYPE_CHECKING:  # numpy: imported by the code that patches a row (the chunks are arrays)
+    import numpy as np
 
 
 def type_name_of(ggml_type: int) -> str:
@@ -148,6 +150,8 @@ def _from_gguf(target_gguf: str | Path):
 
 def patch_row(chunk: np.ndarray, first_row: int, mask: MaskEmbedding) -> np.ndarray:
     """``chunk`` (rows first_row.. of the table, storage dtype) with the mask row replaced."""
+    import numpy as np
+
     i = mask.token_id - first_row
     if 0 <= i < len(chunk):
         chunk = chunk.copy()

@@ -8,15 +8,14 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 
-from gguf import GGMLQuantizationType as Q
-from gguf import GGUFValueType
-
 from ..config import DrafterConfig
 from ..errors import ConfigError, UsageError, WeightsError
 from ..formats import Format, meta_from_config
 from ..formats.names import DROPPED_TENSORS, FC, HIDDEN_NORM, OPTIONAL_TENSORS, PRE_FFN_NORM
 
 OPTIONAL_TENSORS_EMBED = "embed_tokens.weight"
+from ..fileio.gguf_constants import GGMLQuantizationType as Q
+from ..fileio.gguf_constants import GGUFValueType
 from ..fileio.gguf_writer import tensor_nbytes
 from ..fileio.types import KV
 from ..fileio.safetensors import FLOAT_DTYPES, SourceTensor

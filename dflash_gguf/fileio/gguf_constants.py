@@ -2,15 +2,20 @@
 
 Why a copy: ``import gguf`` runs gguf-py's ``__init__``, which imports numpy, yaml and its
 writer, reader and quantizers (~100 ms), and the header-only commands (``check``,
-``check-instruct``, ``inspect``) need none of that, only these numbers. They are IntEnums with
+``check-instruct``, ``inspect``) need none of that, only these numbers; nor does a convert
+that copies tensor bytes (its header is packed by ``kv_encode``). They are IntEnums with
 gguf-py's names and values, so they compare, hash and print like gguf-py's (``== ``, dict keys,
-``.name``) and can be passed to gguf-py's writer. Modules that need gguf-py anyway (quantizers,
-writer, compare) keep using its classes. tests/fileio/test_gguf_constants.py checks the copy
-against the installed gguf-py.
+``.name``) and can be passed to gguf-py. Modules that need gguf-py anyway (quantizers, compare)
+keep using its classes. tests/fileio/test_gguf_constants.py checks the copy against the
+installed gguf-py.
 """
 from __future__ import annotations
 
 from enum import IntEnum
+
+GGUF_MAGIC = 0x46554747  # "GGUF", little-endian
+GGUF_VERSION = 3
+GGUF_DEFAULT_ALIGNMENT = 32
 
 
 class GGUFValueType(IntEnum):

@@ -1,11 +1,11 @@
-"""Streaming, atomic, deterministic GGUF writing on top of gguf-py's GGUFWriter.
+"""Streaming, atomic, deterministic GGUF writing, byte for byte the layout gguf-py's GGUFWriter writes.
 
-GGUFWriter keeps every added tensor in memory until ``write_tensors_to_file``. We use it for
-the header, the KVs and the tensor infos (it computes the aligned offsets), then write the
-data section ourselves: each tensor arrives as row chunks from its producer, the next chunk
-is read on a second thread while the current one is written, and bytes go out with plain
-``write`` (numpy's ``tofile``, which GGUFWriter uses, was 3x slower here). The layout is the
-one GGUFWriter writes: data aligned, each tensor zero-padded to the alignment.
+The header, the metadata and the tensor infos are packed by ``kv_encode`` (GGUFWriter's bytes,
+without importing gguf-py or numpy: a convert that only copies tensor bytes needs neither). The
+data section follows: each tensor arrives as row chunks from its producer, the next chunk is
+read on a second thread while the current one is written, and bytes go out with plain
+``write`` (numpy's ``tofile``, which GGUFWriter uses, was 3x slower here). Data is aligned,
+each tensor zero-padded to the alignment, tensor offsets as GGUFWriter computes them.
 The file is written to a temp file in the output directory and renamed at the end: an error
 or Ctrl-C leaves nothing behind, and an existing file is only replaced with ``force``.
 
@@ -23,19 +23,21 @@ from __future__ import annotations
 
 import errno
 import os
+import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from concurrent.futures import ThreadPoolExecutor
-from typing import Callable, Iterable, Iterator, Sequence
-
-import numpy as np
-from gguf import GGMLQuantizationType, GGUFValueType, GGUFWriter
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Sequence
 
 from ..errors import OutputError, WeightsError
-from .kv_encode import encode_array
+from .gguf_constants import GGML_QUANT_SIZES, GGUF_DEFAULT_ALIGNMENT, GGMLQuantizationType, GGUFValueType
+from .kv_encode import encode_header, encode_kv, encode_tensor_info
 from .string_array import StringArray
 from .types import KV
+
+if TYPE_CHECKING:  # numpy is imported where an array is written (a producer made one already)
+    import numpy as np
 
 Progress = Callable[[int], None]
 
@@ -46,15 +48,15 @@ class TensorOut:
 
     ``shape`` is numpy/torch order (last axis = ggml ne0). ``produce`` returns the encoded
     data — one array, or an iterable of row chunks — whose bytes, concatenated, are the
-    tensor's ggml encoding (typed F32/F16 arrays or raw uint8 block bytes); a ``FileSpan``
-    may stand for a run of those bytes that a file already holds.
+    tensor's ggml encoding (typed F32/F16 arrays, raw uint8 block bytes, or ``bytes``); a
+    ``FileSpan`` may stand for a run of those bytes that a file already holds.
     """
 
     name: str
     shape: tuple[int, ...]
     ggml_type: GGMLQuantizationType
     nbytes: int
-    produce: Callable[[], "np.ndarray | FileSpan | Iterable[np.ndarray | FileSpan]"]
+    produce: Callable[[], "np.ndarray | bytes | FileSpan | Iterable[np.ndarray | bytes | FileSpan]"]
 
 
 @dataclass(frozen=True)
@@ -112,31 +114,9 @@ def write_gguf(
     os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; outputs get the usual permissions
     kvs = list(kvs)
     try:
-        writer = _Writer(tmp, arch)
-        for kv in kvs:
-            if kv.key == "general.alignment":
-                # add_key_value alone would not change the padding GGUFWriter applies
-                writer.data_alignment = int(kv.value)
-            if kv.type == GGUFValueType.ARRAY:
-                # A StringArray read from a file is copied as its stored bytes (tokens need not be UTF-8).
-                items = kv.value if isinstance(kv.value, StringArray) else list(kv.value)
-                writer.add_key_value(kv.key, items, kv.type, sub_type=kv.sub_type)
-            else:
-                writer.add_key_value(kv.key, kv.value, kv.type)
-        for t in tensors:
-            if t.ggml_type in (GGMLQuantizationType.F32, GGMLQuantizationType.F16):
-                dtype = np.float32 if t.ggml_type == GGMLQuantizationType.F32 else np.float16
-                writer.add_tensor_info(t.name, t.shape, np.dtype(dtype), t.nbytes, raw_dtype=t.ggml_type)
-            else:
-                byte_shape = _byte_shape(t.shape, t.ggml_type)
-                writer.add_tensor_info(t.name, byte_shape, np.dtype(np.uint8), t.nbytes, raw_dtype=t.ggml_type)
-        writer.write_header_to_file()
-        writer.write_kv_data_to_file()
-        writer.write_ti_data_to_file()
-        align = writer.data_alignment
-        writer.close()
+        header, align = _header(arch, kvs, tensors)
         with open(tmp, "r+b", buffering=0) as fout:
-            fout.seek(0, os.SEEK_END)
+            _write_all(fout, memoryview(header))
             _pad(fout, fout.tell(), align)
             total = _write_data(fout, tensors, align, progress)
             # The data may end in a hole (a seek writes nothing): the size must still cover it.
@@ -150,28 +130,52 @@ def write_gguf(
     return WriteReport(path=path, n_tensors=len(tensors), n_kv=len(kvs) + 1, file_size=size, tensor_bytes=total)
 
 
-class _Writer(GGUFWriter):
-    """GGUFWriter that also writes an empty array with a known item type (gguf-py refuses any empty
-    array, but GGUF and llama.cpp allow it, and a file we copy may hold one), and packs big arrays
-    (a vocabulary) in bulk instead of item by item (``kv_encode``: the same bytes)."""
+def _header(arch: str, kvs: Sequence[KV], tensors: Sequence[TensorOut]) -> tuple[bytes, int]:
+    """Header, metadata and tensor infos as GGUFWriter writes them, and the data alignment.
 
-    def _pack_val(self, val, vtype, add_vtype, sub_type=None):
-        if vtype == GGUFValueType.ARRAY and sub_type is not None:
-            head = self._pack("I", vtype) if add_vtype else b""
-            if len(val) == 0:
-                return head + self._pack("I", sub_type) + self._pack("Q", 0)
-            body = encode_array(val, sub_type)
-            if body is not None:
-                return head + body
-        return super()._pack_val(val, vtype, add_vtype, sub_type)
+    As there: ``general.architecture`` comes first (not at all when ``arch`` is empty or None:
+    GGUFWriter.add_string skips falsy values), a repeated key keeps its first place and takes
+    the last value, ``general.alignment`` sets the alignment the tensor offsets use."""
+    pairs = {"general.architecture": KV("general.architecture", arch, GGUFValueType.STRING)} if arch else {}
+    align = GGUF_DEFAULT_ALIGNMENT
+    for kv in kvs:
+        if kv.key == "general.alignment":
+            align = int(kv.value)
+        if kv.type == GGUFValueType.ARRAY and not isinstance(kv.value, StringArray):
+            kv = KV(kv.key, list(kv.value), kv.type, kv.sub_type)  # any iterable, as a sequence
+        pairs[kv.key] = kv
+    infos, offset, names = [], 0, set()
+    for t in tensors:
+        if t.name in names:
+            raise ValueError(f"Duplicated tensor name {t.name!r}")
+        names.add(t.name)
+        infos.append(encode_tensor_info(t.name, _info_shape(t.shape, t.ggml_type), t.ggml_type, offset))
+        offset += -(-t.nbytes // align) * align
+    body = [encode_kv(kv.key, kv.value, kv.type, kv.sub_type) for kv in pairs.values()]
+    return b"".join([encode_header(len(tensors), len(pairs)), *body, *infos]), align
 
 
-def _chunks(t: TensorOut) -> Iterator[np.ndarray]:
+def _info_shape(shape: tuple[int, ...], qtype: GGMLQuantizationType) -> tuple[int, ...]:
+    """The shape GGUFWriter records: F32/F16 tensors as given (a 0-d one with no dims); others
+    through their byte shape, so a 0-d tensor is one element, as in ggml."""
+    if qtype in (GGMLQuantizationType.F32, GGMLQuantizationType.F16):
+        return tuple(shape)
+    byte_shape = _byte_shape(shape, qtype)
+    block, type_size = GGML_QUANT_SIZES[qtype]
+    return (*byte_shape[:-1], byte_shape[-1] // type_size * block)
+
+
+def _chunks(t: TensorOut) -> Iterator["np.ndarray | FileSpan | bytes"]:
     data = t.produce()
-    if isinstance(data, (np.ndarray, FileSpan)):
+    if isinstance(data, (FileSpan, bytes, bytearray)) or _is_array(data):
         yield data
     else:
         yield from data
+
+
+def _is_array(data: object) -> bool:
+    np = sys.modules.get("numpy")  # no numpy loaded: no producer made an array
+    return np is not None and isinstance(data, np.ndarray)
 
 
 def _write_data(fout, tensors: Sequence[TensorOut], align: int, progress: Progress | None) -> int:
@@ -205,7 +209,12 @@ def _write_data(fout, tensors: Sequence[TensorOut], align: int, progress: Progre
                 written[i] += chunk.nbytes
                 total += chunk.nbytes
                 continue
-            buf = memoryview(np.ascontiguousarray(chunk)).cast("B")
+            if isinstance(chunk, (bytes, bytearray)):
+                buf = memoryview(chunk)
+            else:
+                import numpy as np
+
+                buf = memoryview(np.ascontiguousarray(chunk)).cast("B")
             _write_sparse(fout, buf)
             written[i] += buf.nbytes
             total += buf.nbytes
@@ -226,15 +235,13 @@ def _write_sparse(fout, buf: memoryview) -> None:
     Exact by construction: a piece is skipped only when every byte of it is zero, and the temp
     file is new, so a range never written reads back as zeros."""
     pos = fout.tell()
-    arr = np.frombuffer(buf, dtype=np.uint8)
-    n = arr.size
+    n = buf.nbytes
     run = 0  # start of the bytes not yet written
     start = 0
     while start < n:
         end = min(n, start + HOLE_BYTES - (pos + start) % HOLE_BYTES)
-        piece = arr[start:end]
         # Dense data almost never starts or ends with a zero byte: no full scan for it.
-        if not (piece[0] or piece[-1] or np.count_nonzero(piece)):
+        if not (buf[start] or buf[end - 1] or _nonzero(buf[start:end])):
             _write_all(fout, buf[run:start])
             fout.seek(end - start, os.SEEK_CUR)
             run = end
@@ -280,7 +287,12 @@ def _all_zero(fd: int, a: int, b: int) -> bool:
     # Dense data almost never starts or ends with a zero byte: two 1-byte reads, no scan.
     if os.pread(fd, 1, a) != b"\0" or os.pread(fd, 1, b - 1) != b"\0":
         return False
-    return not np.count_nonzero(np.frombuffer(os.pread(fd, b - a, a), dtype=np.uint8))
+    return not _nonzero(memoryview(os.pread(fd, b - a, a)))
+
+
+def _nonzero(piece: memoryview) -> bool:
+    """Whether any byte of ``piece`` is nonzero (bytes.count runs in C: no numpy needed)."""
+    return piece.tobytes().count(0) != piece.nbytes
 
 
 def _copy_range(fout, fd: int, a: int, b: int, span: FileSpan, progress: Progress | None) -> None:
@@ -323,8 +335,6 @@ def _pad(fout, n: int, align: int) -> None:
 
 
 def _byte_shape(shape: tuple[int, ...], qtype: GGMLQuantizationType) -> tuple[int, ...]:
-    from gguf import GGML_QUANT_SIZES
-
     block, type_size = GGML_QUANT_SIZES[qtype]
     shape = tuple(shape) or (1,)  # a 0-d tensor is one element, as in ggml
     if shape[-1] % block:
@@ -333,8 +343,6 @@ def _byte_shape(shape: tuple[int, ...], qtype: GGMLQuantizationType) -> tuple[in
 
 
 def tensor_nbytes(shape: Sequence[int], qtype: GGMLQuantizationType) -> int:
-    from gguf import GGML_QUANT_SIZES
-
     block, type_size = GGML_QUANT_SIZES[qtype]
     shape = tuple(shape) or (1,)  # a 0-d tensor is one element, as in ggml
     n = 1

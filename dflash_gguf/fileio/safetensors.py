@@ -14,10 +14,12 @@ import os
 import struct
 from dataclasses import dataclass
 from pathlib import Path
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from ..errors import OutputError, WeightsError
+
+if TYPE_CHECKING:  # numpy is imported by the readers of tensor data: an inventory needs none
+    import numpy as np
 
 _HEADER_CAP = 100 * 1024 * 1024  # safetensors' own limit
 DTYPE_SIZES = {"BF16": 2, "F16": 2, "F32": 4, "F64": 8, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1, "BOOL": 1,
@@ -201,9 +203,10 @@ def _check_metadata(info: object, where: str) -> None:
         raise WeightsError(f"{where}: __metadata__ must map strings to strings, got {info!r:.80}; the header is corrupt")
 
 
-_STORAGE = {"BF16": np.uint16, "F16": np.float16, "F32": np.float32, "F64": np.float64, "I64": np.int64,
-            "I32": np.int32, "I16": np.int16, "I8": np.int8, "U8": np.uint8, "BOOL": np.bool_,
-            "U16": np.uint16, "U32": np.uint32, "U64": np.uint64, "F8_E4M3": np.uint8, "F8_E5M2": np.uint8}
+# numpy storage dtype of each safetensors dtype (BF16 as uint16: numpy has no bfloat16)
+_STORAGE = {"BF16": "<u2", "F16": "<f2", "F32": "<f4", "F64": "<f8", "I64": "<i8", "I32": "<i4", "I16": "<i2",
+            "I8": "i1", "U8": "u1", "BOOL": "?", "U16": "<u2", "U32": "<u4", "U64": "<u8", "F8_E4M3": "u1",
+            "F8_E5M2": "u1"}
 CHUNK_BYTES = 16 << 20  # row chunks of ~16 MiB keep memory flat and malloc recycles the buffers
 
 
@@ -219,7 +222,9 @@ def iter_raw(t: SourceTensor, chunk_bytes: int = CHUNK_BYTES):
     A chunk that lies in a hole of a sparse file is not read: it is a read-only view of shared
     zeros (the bytes a read would return), so a multi-GB test drafter stored as a header and a
     hole streams without touching the page cache."""
-    storage = _STORAGE[t.dtype]
+    import numpy as np
+
+    storage = np.dtype(_STORAGE[t.dtype])
     if not t.shape:
         rows, row_shape = 1, ()
     else:
@@ -260,18 +265,20 @@ def _in_hole(fd: int, pos: int, n: int, size: int) -> bool:
         return exc.errno == errno.ENXIO
 
 
-_ZEROS = np.zeros(0, dtype=np.uint8)
+_ZEROS: np.ndarray | None = None
 
 
 def _zeros(n: int) -> np.ndarray:
     """``n`` zero bytes, read-only: a view of one shared buffer up to ``CHUNK_BYTES`` (no
     allocation and no page faults per chunk), a new array beyond."""
+    import numpy as np
+
     global _ZEROS
     if n > CHUNK_BYTES:
         z = np.zeros(n, dtype=np.uint8)
         z.flags.writeable = False
         return z
-    if _ZEROS.size < CHUNK_BYTES:
+    if _ZEROS is None or _ZEROS.size < CHUNK_BYTES:
         z = np.zeros(CHUNK_BYTES, dtype=np.uint8)
         z.flags.writeable = False
         _ZEROS = z
@@ -280,12 +287,29 @@ def _zeros(n: int) -> np.ndarray:
 
 def to_f32(t: SourceTensor, raw: np.ndarray | None = None) -> np.ndarray:
     """Exact float32 values of a float tensor (bf16 → f32 is a 16-bit shift)."""
+    import numpy as np
+
     raw = read_raw(t) if raw is None else raw
     if t.dtype == "BF16":
         return (raw.astype(np.uint32) << 16).view(np.float32)
     if t.dtype in ("F16", "F32"):
         return raw.astype(np.float32, copy=False)
     raise WeightsError(f"{t.file}: tensor {t.name} has dtype {t.dtype}; only BF16/F16/F32 weights are supported")
+
+
+def bf16_bytes_to_f32(t: SourceTensor) -> bytearray:
+    """A BF16 tensor's little-endian float32 bytes, without numpy: each value's two bytes
+    become the top half of its float32 (``to_f32``'s shift), read in one go -- for small
+    tensors (the norms a bf16 conversion stores as F32)."""
+    with open(t.file, "rb", buffering=0) as f:
+        raw = os.pread(f.fileno(), t.nbytes, t.offset)
+    if len(raw) != t.nbytes:
+        raise WeightsError(f"{t.file}: tensor {t.name} ends early ({len(raw):,} of {t.nbytes:,} bytes read); "
+                           "re-fetch the file")
+    out = bytearray(2 * len(raw))
+    out[2::4] = raw[0::2]
+    out[3::4] = raw[1::2]
+    return out
 
 
 def file_size(path: Path) -> int:

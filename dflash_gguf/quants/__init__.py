@@ -23,6 +23,7 @@ __all__ = [
     "default_threads",
     "dequantize",
     "quantize",
+    "quantize_finite",
     "resolve_qtype",
     "row_nbytes",
     "type_size",
@@ -109,6 +110,18 @@ def quantize(
         supported = ", ".join(sorted(q.name for q in QUANTIZE_TYPES))
         raise QuantizationError(f"quantizing to {t.name} is not supported; supported: {supported}")
     return quantize_array(cls, x, name=name, threads=threads)
+
+
+def quantize_finite(x: np.ndarray, qtype: str | int | GGMLQuantizationType) -> np.ndarray | None:
+    """``quantize(x, qtype, threads=1).reshape(-1)`` for float32 C-contiguous ``x`` that the
+    caller knows is finite (a compare has x.x already: finite only if every x is), without the
+    NaN/inf scan; None where ``quantize`` must decide (a type it lacks, a partial block)."""
+    cls = registered().get(resolve_qtype(qtype))
+    if cls is None or x.dtype != np.float32 or not x.flags.c_contiguous or x.size % cls.block_size:
+        return None
+    if x.ndim and x.shape[-1] % cls.block_size:
+        return None
+    return cls.quantize_finite(x).reshape(-1)
 
 
 def dequantize(data: np.ndarray | bytes, qtype: str | int | GGMLQuantizationType, shape: Sequence[int]) -> np.ndarray:

@@ -9,9 +9,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gguf import GGUFValueType as T
-
 from ..errors import TargetError
+from ..fileio.gguf_constants import GGUFValueType as T
 from ..fileio.types import KV, kv_array, kv_bool, kv_str
 from .hf_files import HINT
 from .keys import K_ADD_PREFIX, K_MODEL, K_SCORES, K_TOKEN_TYPE, K_TOKENS, USER_DEFINED

@@ -14,9 +14,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from gguf import GGUFValueType as T
-
 from ..errors import TargetError
+from ..fileio.gguf_constants import GGUFValueType as T
 from ..fileio.types import KV, kv_array, kv_bool, kv_str
 from .gemma4_vocab import GEMMA4_ARCHS, gemma4_vocab
 from .hf_files import HINT, read_json, tokenizer_config

@@ -17,10 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
-from gguf import GGUFValueType as T
-
 from ..config import DrafterConfig, load_target_config
 from ..errors import ConfigError, TargetError, UsageError
+from ..fileio.gguf_constants import GGUFValueType as T
 from ..fileio.gguf_header import GGUFHeader, raw_string, read_header
 from ..fileio.gguf_reader import bad_kv
 from ..fileio.string_array import StringArray

@@ -9,9 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from gguf import GGUFValueType as T
-
 from ..errors import TargetError
+from ..fileio.gguf_constants import GGUFValueType as T
 from ..fileio.types import KV, kv_array, kv_bool, kv_str, kv_u32
 from .hf_files import HINT, read_json, tokenizer_config
 from .keys import K_CHAT_TEMPLATE, K_CHAT_TEMPLATES, K_MASK_ID, K_MERGES, K_NORM_LOWER, K_NORM_STRIP

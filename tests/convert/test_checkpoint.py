@@ -408,21 +408,29 @@ def test_target_vocab_is_built_once_per_conversion(cli, tmp_path, monkeypatch, d
     assert out.exists() is not dry_run
 
 
-def test_kept_types_are_copied_as_stored_bytes():
+def test_kept_types_are_copied_as_stored_bytes(monkeypatch):
     """A tensor kept in its own type is one FileSpan of its stored bytes (the writer copies it
-    file to file); a converted one is encoded in row chunks."""
+    file to file); a converted one is encoded in row chunks, and a small BF16 one made F32
+    without numpy: the same bytes."""
     from gguf import GGMLQuantizationType as Q
 
+    from dflash_gguf.convert import checkpoint
     from dflash_gguf.convert.checkpoint import encode
     from dflash_gguf.fileio.gguf_writer import FileSpan
-    from dflash_gguf.fileio.safetensors import read_inventory, read_raw
+    from dflash_gguf.fileio.safetensors import read_inventory, read_raw, to_f32
 
     src = next(t for t in read_inventory(DRAFTERS / "qwen3-flat") if len(t.shape) == 2)
     kept = {"BF16": Q.BF16, "F16": Q.F16, "F32": Q.F32}[src.dtype]
     assert list(encode(src, kept)) == [FileSpan(src.file, src.offset, src.nbytes, src.name)]
     other = Q.F32 if kept != Q.F32 else Q.F16
+    small = list(encode(src, other))
+    want = to_f32(src).tobytes() if other == Q.F32 else None
+    if src.dtype == "BF16" and src.nbytes <= checkpoint.SMALL_BYTES:
+        assert len(small) == 1 and isinstance(small[0], bytearray) and bytes(small[0]) == want
+    monkeypatch.setattr(checkpoint, "SMALL_BYTES", 0)
     chunks = list(encode(src, other))
     assert chunks and all(isinstance(c, np.ndarray) for c in chunks)
+    assert want is None or b"".join(c.tobytes() for c in chunks) == want
     # given row chunks (a transform), the kept type passes them through unchanged
     raw = read_raw(src)
     assert [c.tobytes() for c in encode(src, kept, [raw])] == [raw.tobytes()]

@@ -7,6 +7,11 @@ import gguf
 from dflash_gguf.fileio import gguf_constants as ours
 
 
+def test_file_constants_match_gguf_py():
+    assert (ours.GGUF_MAGIC, ours.GGUF_VERSION, ours.GGUF_DEFAULT_ALIGNMENT) == (
+        gguf.GGUF_MAGIC, gguf.GGUF_VERSION, gguf.GGUF_DEFAULT_ALIGNMENT)
+
+
 def test_value_types_match_gguf_py():
     assert {m.name: m.value for m in ours.GGUFValueType} == {m.name: m.value for m in gguf.GGUFValueType}
 

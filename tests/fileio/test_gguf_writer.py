@@ -222,3 +222,91 @@ def test_span_past_the_end_of_its_file_is_a_weights_error(tmp_path):
     with pytest.raises(WeightsError, match="short.bin: tensor s needs bytes up to 132"):
         write_gguf(out, "test", KVS, [TensorOut("s", (32,), F32, 128, lambda: FileSpan(src, 4, 128, "s"))])
     assert not out.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["short.bin"]
+
+
+# --- the header: packed without gguf-py, GGUFWriter's bytes ---------------------------------
+
+def _gguf_py_header(path: Path, arch: str, kvs, infos) -> bytes:
+    """Header + metadata + tensor infos as gguf-py's GGUFWriter writes them (its data padding
+    and data are not part of it)."""
+    w = GGUFWriter(path, arch)
+    for kv in kvs:
+        if kv.key == "general.alignment":
+            w.data_alignment = int(kv.value)
+        w.add_key_value(kv.key, kv.value, kv.type, sub_type=kv.sub_type)
+    for name, shape, qtype, nbytes in infos:
+        if qtype in (Q.F32, Q.F16):
+            w.add_tensor_info(name, shape, np.dtype(np.float32 if qtype == Q.F32 else np.float16), nbytes, raw_dtype=qtype)
+        else:
+            w.add_tensor_info(name, gguf_writer._byte_shape(shape, qtype), np.dtype(np.uint8), nbytes, raw_dtype=qtype)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_ti_data_to_file()
+    w.close()
+    return path.read_bytes()
+
+
+@pytest.mark.parametrize("alignment", [None, 64])
+def test_header_is_gguf_py_s(tmp_path, alignment):
+    """Every value type, a repeated key, an empty typed array, tensors of float, quantized and
+    0-d shapes, a custom alignment: the bytes GGUFWriter writes before the data."""
+    from gguf import GGUFValueType as T
+
+    from dflash_gguf.fileio.types import KV
+
+    kvs = [KV("a.u8", 7, T.UINT8), KV("a.i8", -3, T.INT8), KV("a.u16", 65535, T.UINT16), KV("a.i16", -2, T.INT16),
+           KV("a.u32", 2**32 - 1, T.UINT32), KV("a.i32", -(2**31), T.INT32), KV("a.f32", 0.1, T.FLOAT32),
+           KV("a.u64", 2**64 - 1, T.UINT64), KV("a.i64", -5, T.INT64), KV("a.f64", 1 / 3, T.FLOAT64),
+           KV("a.bool", True, T.BOOL), KV("a.str", "é中 x", T.STRING), KV("a.raw", b"\xff\x00", T.STRING),
+           KV("a.toks", ["a", "bb", ""], T.ARRAY, T.STRING), KV("a.ids", (1, 2, 3), T.ARRAY, T.INT32),
+           KV("a.scores", [0.5, -1.0], T.ARRAY, T.FLOAT32), KV("a.nested", [[1, 2], [3]], T.ARRAY, T.ARRAY),
+           KV("a.u32", 5, T.UINT32), KV("a.np", np.float32(2.5), T.FLOAT32)]
+    if alignment:
+        kvs.append(KV("general.alignment", alignment, T.UINT32))
+    infos = [("w", (4, 64), Q.BF16, 512), ("q", (2, 64), Q.Q8_0, 136), ("k", (1, 256), Q.Q4_K, 144),
+             ("n", (64,), Q.F32, 256), ("h", (3, 5), Q.F16, 30), ("s", (), Q.F32, 4), ("b", (), Q.BF16, 2)]
+    tensors = [TensorOut(n, s, t, nb, lambda: None) for n, s, t, nb in infos]
+    ours, align = gguf_writer._header("test", kvs, tensors)
+    assert align == (alignment or 32)
+    assert ours == _gguf_py_header(tmp_path / "plain.gguf", "test", kvs, infos)
+    # no architecture (a file whose general.architecture is not a string): none written, as there
+    for arch in ("", None):
+        assert gguf_writer._header(arch, kvs, tensors)[0] == _gguf_py_header(tmp_path / "none.gguf", arch, kvs, infos)
+    # and an empty array with a known item type, which gguf-py refuses but GGUF allows
+    empty, _ = gguf_writer._header("test", [KV("a.none", [], T.ARRAY, T.UINT32)], tensors[:1])
+    assert empty[24:].startswith(b"".join([
+        len(b"general.architecture").to_bytes(8, "little"), b"general.architecture", (8).to_bytes(4, "little"),
+        (4).to_bytes(8, "little"), b"test", len(b"a.none").to_bytes(8, "little"), b"a.none",
+        (9).to_bytes(4, "little"), (4).to_bytes(4, "little"), (0).to_bytes(8, "little")]))
+
+
+_COPY_PROBE = """
+import sys
+from dflash_gguf.fileio.gguf_writer import FileSpan, TensorOut, write_gguf
+from dflash_gguf.fileio.gguf_constants import GGMLQuantizationType as Q
+from dflash_gguf.fileio.types import kv_str
+src, out = sys.argv[1], sys.argv[2]
+tensors = [TensorOut("w", (2, 8), Q.BF16, 32, lambda: FileSpan(src, 3, 32, "w")),
+           TensorOut("n", (8,), Q.F32, 32, lambda: bytes(range(32)))]
+write_gguf(out, "test", [kv_str("a.name", "x")], tensors)
+print(sorted(m for m in ("numpy", "gguf") if m in sys.modules))
+"""
+
+
+def test_copying_bytes_imports_neither_numpy_nor_gguf_py(tmp_path):
+    """Stored bytes and bytes chunks go out without numpy or gguf-py (a fresh process): a
+    conversion that copies a checkpoint's tensors pays for neither."""
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    src = tmp_path / "src.bin"
+    src.write_bytes(bytes(range(64)))
+    out = tmp_path / "out.gguf"
+    r = subprocess.run([sys.executable, "-c", _COPY_PROBE, str(src), str(out)], capture_output=True, text=True,
+                       cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["[]"]
+    f = read_gguf(out)
+    assert [f.raw(e).tobytes() for e in f.tensors] == [bytes(range(3, 35)), bytes(range(32))]

@@ -209,6 +209,38 @@ def test_numba_env_switch(value, want):
     assert _numba._wanted(value) is want
 
 
+_SCIPY_PROBE = """
+import sys
+import numpy as np
+from dflash_gguf.quants import _numba
+_numba.kernel("q8_0")(np.zeros((1, 32), np.float32))
+print("scipy" in sys.modules)
+import numba
+@numba.njit
+def dot(a):
+    return np.dot(a, a)
+print(dot(np.ones(3)), "scipy.linalg" in sys.modules)
+"""
+
+
+@pytest.mark.skipif(not _numba.AVAILABLE, reason="numba is not installed")
+def test_numba_starts_without_scipy_and_leaves_it_importable():
+    """Starting the kernels imports no scipy (~0.5 s: numba's version check and BLAS probe);
+    jitted code that wants BLAS afterwards still gets it (a fresh process)."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    pytest.importorskip("scipy.linalg", reason="scipy is not installed: nothing to keep out")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("DFLASH_GGUF_NUMBA", None)
+    r = subprocess.run([sys.executable, "-c", _SCIPY_PROBE], env=env, capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["False", "3.0", "True"]
+
+
 @pytest.mark.skipif(not _numba.AVAILABLE, reason="numba is not installed")
 def test_numba_fp16_conversion_matches_numpy():
     # ggml_compute_fp32_to_fp16 / fp16_to_fp32 as compiled: against NumPy's casts (identical to
@@ -401,3 +433,47 @@ def test_live_ggml_on_fresh_data(qtype, backend):
     lib.ggml_quantize_chunk(int(t), x.ctypes.data, want.ctypes.data, 0, x.shape[0], x.shape[1], None)
     got = quantize(x, t)
     assert np.array_equal(got.reshape(-1), want), describe_mismatch(x, got, want, qtype)
+
+
+def _edge_ranges(rng: np.random.Generator, n: int = 48, cols: int = 1024):
+    """Rows where the kernels' float rounding of the levels must step aside for ggml's literal
+    nearest_int (sub-blocks of tiny or subnormal range, huge values), or where the range
+    check itself is at its edges (ranges of one ulp, constant offsets, flat sub-blocks)."""
+    normal = rng.standard_normal((n, cols))
+    yield "subnormal", normal * 1e-39
+    yield "tiny", normal * 1e-36
+    yield "huge", normal * 1e30
+    yield "one-ulp range", 1 + np.float32(1.2e-7) * rng.integers(0, 3, (n, cols))
+    yield "offset", -5 + normal * 1e-5
+    sparse = normal * 0.02
+    sparse[rng.random((n, cols)) < 0.9] = 0
+    yield "sparse", sparse
+    yield "every scale", np.clip(normal * np.exp(rng.uniform(-100, 80, (n, cols))), -3e38, 3e38)
+    yield "mix", rng.choice(np.array([0, 1e-45, -1e-45, 2e-45, 1e-38, -1e-38, 1, -1, 3e38, -3e38]), (n, cols))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("qtype,backend", with_backends(["q4_K", "q5_K", "q6_K", "q8_0"]), indirect=["backend"])
+def test_live_ggml_on_edge_ranges(qtype, backend):
+    lib = _ggml_base()
+    t = resolve_qtype(qtype)
+    for name, x in _edge_ranges(np.random.default_rng(123)):
+        x = np.ascontiguousarray(x, dtype=np.float32)
+        want = np.zeros(x.shape[0] * row_nbytes(t, x.shape[1]), np.uint8)
+        lib.ggml_quantize_init(int(t))
+        lib.ggml_quantize_chunk(int(t), x.ctypes.data, want.ctypes.data, 0, x.shape[0], x.shape[1], None)
+        got = quantize(x, t)
+        assert np.array_equal(got.reshape(-1), want), f"{name}: " + describe_mismatch(x, got, want, qtype)
+
+
+@pytest.mark.parametrize("qtype", ["q8_0", "q4_K", "q6_K", "f16", "bf16", "f32"])
+def test_quantize_finite_is_quantize(qtype):
+    """The compare's path for values it knows are finite: quantize's bytes, or None to let
+    quantize decide (wrong dtype, a row that is not whole blocks)."""
+    from dflash_gguf.quants import quantize_finite
+
+    x = (np.random.default_rng(3).standard_normal((4, 512)) * 0.02).astype(np.float32)
+    assert np.array_equal(quantize_finite(x, qtype), quantize(x, qtype, threads=1).reshape(-1))
+    assert quantize_finite(x.astype(np.float64), qtype) is None
+    if block_size(qtype) > 1:
+        assert quantize_finite(np.zeros((2, 48), np.float32), qtype) is None

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import sys
 
 import numpy as np
 
@@ -31,12 +32,38 @@ def _numba_importable() -> bool:
     global _available
     if _available is None:
         try:  # a dependency, but the numpy path must keep working without it
-            import numba  # noqa: F401
+            _import_numba()
         except ImportError:  # pragma: no cover - exercised where numba is absent
             _available = False
         else:
             _available = True
     return _available
+
+
+# While numba loads, these look absent (None in sys.modules makes their import fail at once).
+_SCIPY = ("scipy", "scipy.linalg.cython_blas")
+
+
+def _import_numba() -> None:
+    """``import numba``, and its numpy support, without scipy.
+
+    numba imports scipy to check its version, and its numpy support (loaded with the CPU
+    target on the first kernel call) imports scipy.linalg to learn whether BLAS can back
+    jitted np.correlate/np.convolve: ~0.5 s of a compare's start, numpy.f2py included, for
+    nothing any kernel here uses. So scipy is made to look absent while numba loads, unless
+    this process imported it already (then it is left alone). numba handles a missing scipy:
+    the one lasting effect is that jitted np.correlate/np.convolve in this process run
+    numba's own loop instead of BLAS. Anything that imports scipy afterwards gets it."""
+    blocked = [m for m in _SCIPY if m not in sys.modules and "scipy.linalg" not in sys.modules]
+    for m in blocked:
+        sys.modules[m] = None  # type: ignore[assignment]
+    try:
+        import numba  # noqa: F401
+        import numba.np.arraymath  # noqa: F401  (what the first kernel call would load, scipy probe included)
+    finally:
+        for m in blocked:
+            if sys.modules.get(m, 0) is None:
+                del sys.modules[m]
 
 
 def __getattr__(name: str):
@@ -82,6 +109,8 @@ def kernel(name: str):
         KeyError: no kernel of that name.
         ImportError: numba is not installed.
     """
+    if not _numba_importable():
+        raise ImportError("numba is not installed (pip install numba==0.68.1)")
     return getattr(importlib.import_module(f"{__name__}.{_MODULES[name]}"), name)
 
 

@@ -71,6 +71,24 @@ def nearest_int(fval):
     return (np.int64(f32_bits(fval + _MAGIC)) & 0x7FFFFF) - 0x400000
 
 
+# Below this |v|, nearest_int(v) == (v + 1.5*2^23) - 1.5*2^23 computed in float32: the sum
+# stays in [2^23, 2^24), where the kept mantissa bits are the integer itself (base.py's
+# NEAREST_INT_LIMIT, the numpy path's fast-path bound).
+NEAREST_INT_LIMIT = F32(4194303.0)
+
+
+@jit
+def round_clamp(v, lo, hi):
+    """F32(MAX(lo, MIN(hi, nearest_int(v)))) for |v| <= NEAREST_INT_LIMIT, all in float32.
+
+    The hot loops' levels: the int64 route (nearest_int, then an int64 -> float conversion AVX2
+    has no vector instruction for) kept LLVM from vectorising the lanes. Callers check the
+    range of v first (per trial, from each lane's extremes) and take nearest_int otherwise."""
+    r = (v + _MAGIC) - _MAGIC
+    r = hi if r > hi else r
+    return lo if r < lo else r
+
+
 @jit
 def fp32_to_fp16(f):
     # ggml_compute_fp32_to_fp16 (ggml-impl.h), uint32 arithmetic done in int64 masked to 32 bits
@@ -142,3 +160,32 @@ def to_lanes(blocks, b0, nsub, x):
         else:
             for i in range(nsub):
                 x[i, s] = ZERO
+
+
+# The fits' working set is one flat float32 buffer: each region (the lanes' inputs, levels,
+# per-lane values) starts at a compile-time constant offset, a module global of the kernel,
+# and is indexed b[REGION + i * LANES + s]. LLVM then knows no two regions overlap, so it
+# vectorises across lanes without runtime alias checks and keeps sums in registers over an
+# unrolled run of positions; as separate arrays the Q4_K fit ran 1.3x and Q6_K's 1.5x slower.
+# Regions start SKEW floats apart modulo 4 KiB: arrays of exactly 4 KiB at the same offset
+# modulo 4 KiB make a store to one and the next load of the same element of another collide
+# in store forwarding ("4K aliasing").
+_SKEW = 16
+
+
+def lane_layout(*region_rows: int) -> tuple[list[int], int]:
+    """Offsets of regions of ``rows`` x LANES floats in one buffer, skewed, and the buffer size."""
+    offsets, at = [], 0
+    for rows in region_rows:
+        offsets.append(at)
+        at += rows * LANES + _SKEW
+    return offsets, at
+
+
+@jit
+def lane_buffer(size):
+    """A 64-byte aligned float32 buffer of ``size`` (the allocator gives 16: a vector load
+    that straddles two cache lines costs two, which half of them did at 16 mod 32)."""
+    raw = np.empty(size + 16, np.float32)
+    a = (16 - (raw.ctypes.data % 64) // 4) % 16
+    return raw[a:a + size]

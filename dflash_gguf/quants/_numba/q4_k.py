@@ -4,107 +4,186 @@ from __future__ import annotations
 
 import numpy as np
 
-from .common import F32, F32_01, LANES, ONE, ZERO, fp16_to_fp32, fp32_to_fp16, jit, nearest_int, to_lanes
+from .common import (
+    F32,
+    F32_01,
+    LANES,
+    NEAREST_INT_LIMIT,
+    ONE,
+    ZERO,
+    fp16_to_fp32,
+    fp32_to_fp16,
+    jit,
+    lane_buffer,
+    lane_layout,
+    nearest_int,
+    round_clamp,
+    to_lanes,
+)
 
 _F32_32 = F32(32.0)
 _F32_63 = F32(63.0)
 
+# The fit's buffer (common.lane_layout): x and the weights w, position-major (32 x LANES),
+# the trial's levels Laux, and 19 rows of one value per lane. Rows 0-4 are what the
+# super-block needs (see _qkx2_lanes), the rest the fit's own state.
+_N = 32
+_NV = 19
+(_X, _W, _LV, _V), _SIZE = lane_layout(_N, _N, _N, _NV)
+(_SCALE, _THE_MIN, _L_ISCALE, _L_MIN, _FLAT, _MN, _MX, _SUM_W, _SUM_X, _ISCALE, _BEST, _SUM_L, _SUM_L2, _SUM_XL,
+ _T_SCALE, _T_MIN, _T_D, _CUR, _XLO) = [_V + r * LANES for r in range(_NV)]
+
 
 @jit
-def _qkx2_lanes(x, w, nmax, rmin, rdelta, nstep, v):
-    """make_qkx2_quants(n, nmax, x, w, L, &the_min, Laux, rmin, rdelta, nstep, use_mad=false)
-    for the columns of the position-major ``x``, ``w`` (n, lanes).
+def _fast_levels(b):
+    """Whether every live lane's iscale*(x[i] - min) is within NEAREST_INT_LIMIT, so that
+    round_clamp gives nearest_int's levels: the product is monotonic in x, so each lane's
+    smallest and largest x decide (lanes that returned early, max == min, are never accepted)."""
+    for s in range(LANES):
+        isc = b[_ISCALE + s]
+        lo = abs(isc * (b[_XLO + s] - b[_MN + s]))
+        hi = abs(isc * (b[_MX + s] - b[_MN + s]))
+        if b[_FLAT + s] == 0 and not (lo <= NEAREST_INT_LIMIT and hi <= NEAREST_INT_LIMIT):
+            return False
+    return True
 
-    Out in ``v`` (scratch, (18, lanes)): row 0 scale, 1 the_min, and what regenerates L
-    (needed only where the stored scale reads back as 0): 2 the iscale and 3 the min of
-    the accepted trial, 4 nonzero where max == min (L = 0).
+
+@jit
+def _qkx2_lanes(b, nmax, rmin, rdelta, nstep):
+    """make_qkx2_quants(n, nmax, x, w, L, &the_min, Laux, rmin, rdelta, nstep, use_mad=false)
+    for the LANES sub-blocks in the buffer's x, w regions.
+
+    Out in the value rows: _SCALE the scale, _THE_MIN the_min, and what regenerates L (needed
+    only where the stored scale reads back as 0): _L_ISCALE the iscale and _L_MIN the min of
+    the accepted trial, _FLAT nonzero where max == min (L = 0).
+
+    Levels are nearest_int's, computed in float by round_clamp wherever every lane's products
+    are within its range (always, but for sub-blocks of tiny or subnormal range), else
+    literally; positions go four at a time, each lane's sums taking the four terms in C's
+    order in registers.
     """
-    n = x.shape[0]
-    ns = x.shape[1]
-    scale, the_min, l_iscale, l_min, flat = v[0], v[1], v[2], v[3], v[4]
-    mn, mx, sum_w, sum_x, iscale, best = v[5], v[6], v[7], v[8], v[9], v[10]
-    sum_l, sum_l2, sum_xl, t_scale, t_min, t_d, cur = v[11], v[12], v[13], v[14], v[15], v[16], v[17]
+    L = LANES
     nmax_f = F32(nmax)
     # min = max = x[0]; sum_w = weights[0]; sum_x = sum_w * x[0]; then i = 1..n-1
-    for s in range(ns):
-        mn[s] = x[0, s]
-        mx[s] = x[0, s]
-        sum_w[s] = w[0, s]
-        sum_x[s] = w[0, s] * x[0, s]
-    for i in range(1, n):
-        for s in range(ns):
-            xi = x[i, s]
-            wi = w[i, s]
-            m = mn[s]
-            mn[s] = xi if xi < m else m
-            m = mx[s]
-            mx[s] = xi if xi > m else m
-            sum_w[s] += wi
-            sum_x[s] += wi * xi
-    for s in range(ns):
-        m = mn[s]
+    for s in range(L):
+        b[_MN + s] = b[_X + s]
+        b[_MX + s] = b[_X + s]
+        b[_SUM_W + s] = b[_W + s]
+        b[_SUM_X + s] = b[_W + s] * b[_X + s]
+    for i in range(1, _N):
+        for s in range(L):
+            xi = b[_X + i * L + s]
+            wi = b[_W + i * L + s]
+            m = b[_MN + s]
+            b[_MN + s] = xi if xi < m else m
+            m = b[_MX + s]
+            b[_MX + s] = xi if xi > m else m
+            b[_SUM_W + s] += wi
+            b[_SUM_X + s] += wi * xi
+    for s in range(L):
+        m = b[_MN + s]
+        b[_XLO + s] = m
         m = ZERO if m > 0 else m  # if (min > 0) min = 0
-        mn[s] = m
-        flat[s] = ONE if mx[s] == m else ZERO  # C returns early: L = 0, scale 0
-        isc = nmax_f / (mx[s] - m)
-        iscale[s] = isc
-        scale[s] = ONE / isc
-        l_iscale[s] = isc
-        l_min[s] = m
-        best[s] = ZERO
+        b[_MN + s] = m
+        b[_FLAT + s] = ONE if b[_MX + s] == m else ZERO  # C returns early: L = 0, scale 0
+        isc = nmax_f / (b[_MX + s] - m)
+        b[_ISCALE + s] = isc
+        b[_SCALE + s] = ONE / isc
+        b[_L_ISCALE + s] = isc
+        b[_L_MIN + s] = m
+        b[_BEST + s] = ZERO
     # initial L and best_error += w * (diff*diff), diff = scale*L[i] + min - x[i]
-    for i in range(n):
-        for s in range(ns):
-            xi = x[i, s]
-            lf = F32(max(0, min(nmax, nearest_int(iscale[s] * (xi - mn[s])))))
-            diff = scale[s] * lf + mn[s] - xi
-            best[s] += w[i, s] * (diff * diff)
+    fast = _fast_levels(b)
+    for i in range(_N):
+        for s in range(L):
+            xi = b[_X + i * L + s]
+            v = b[_ISCALE + s] * (xi - b[_MN + s])
+            lf = round_clamp(v, ZERO, nmax_f) if fast else F32(max(0, min(nmax, nearest_int(v))))
+            diff = b[_SCALE + s] * lf + b[_MN + s] - xi
+            b[_BEST + s] += b[_W + i * L + s] * (diff * diff)
     for step in range(nstep + 1):
         num = rmin + rdelta * F32(step) + nmax_f  # (rmin + rdelta*is + nmax), left to right
-        for s in range(ns):
-            iscale[s] = num / (mx[s] - mn[s])  # the live min: accepted trials move it
-            sum_l[s] = ZERO
-            sum_l2[s] = ZERO
-            sum_xl[s] = ZERO
-            cur[s] = ZERO
-        for i in range(n):
-            for s in range(ns):
-                xi = x[i, s]
-                lf = F32(max(0, min(nmax, nearest_int(iscale[s] * (xi - mn[s])))))
-                wl = w[i, s] * lf  # sum_l += w*l; sum_l2 += w*l*l; sum_xl += w*l*x[i]
-                sum_l[s] += wl
-                sum_l2[s] += wl * lf
-                sum_xl[s] += wl * xi
-        for s in range(ns):
-            D = sum_w[s] * sum_l2[s] - sum_l[s] * sum_l[s]
-            ts = (sum_w[s] * sum_xl[s] - sum_x[s] * sum_l[s]) / D
-            tm = (sum_l2[s] * sum_x[s] - sum_l[s] * sum_xl[s]) / D
+        for s in range(L):
+            b[_ISCALE + s] = num / (b[_MX + s] - b[_MN + s])  # the live min: accepted trials move it
+            b[_SUM_L + s] = ZERO
+            b[_SUM_L2 + s] = ZERO
+            b[_SUM_XL + s] = ZERO
+            b[_CUR + s] = ZERO
+        # Laux, kept for the error pass; sum_l += w*l; sum_l2 += w*l*l; sum_xl += w*l*x[i]
+        if _fast_levels(b):
+            for i in range(0, _N, 4):
+                for s in range(L):
+                    isc = b[_ISCALE + s]
+                    m = b[_MN + s]
+                    o = i * L + s
+                    x0 = b[_X + o]
+                    x1 = b[_X + o + L]
+                    x2 = b[_X + o + 2 * L]
+                    x3 = b[_X + o + 3 * L]
+                    l0 = round_clamp(isc * (x0 - m), ZERO, nmax_f)
+                    l1 = round_clamp(isc * (x1 - m), ZERO, nmax_f)
+                    l2 = round_clamp(isc * (x2 - m), ZERO, nmax_f)
+                    l3 = round_clamp(isc * (x3 - m), ZERO, nmax_f)
+                    b[_LV + o] = l0
+                    b[_LV + o + L] = l1
+                    b[_LV + o + 2 * L] = l2
+                    b[_LV + o + 3 * L] = l3
+                    w0 = b[_W + o] * l0
+                    w1 = b[_W + o + L] * l1
+                    w2 = b[_W + o + 2 * L] * l2
+                    w3 = b[_W + o + 3 * L] * l3
+                    b[_SUM_L + s] = (((b[_SUM_L + s] + w0) + w1) + w2) + w3
+                    b[_SUM_L2 + s] = (((b[_SUM_L2 + s] + w0 * l0) + w1 * l1) + w2 * l2) + w3 * l3
+                    b[_SUM_XL + s] = (((b[_SUM_XL + s] + w0 * x0) + w1 * x1) + w2 * x2) + w3 * x3
+        else:
+            for i in range(_N):
+                for s in range(L):
+                    o = i * L + s
+                    xi = b[_X + o]
+                    lf = F32(max(0, min(nmax, nearest_int(b[_ISCALE + s] * (xi - b[_MN + s])))))
+                    b[_LV + o] = lf
+                    wl = b[_W + o] * lf
+                    b[_SUM_L + s] += wl
+                    b[_SUM_L2 + s] += wl * lf
+                    b[_SUM_XL + s] += wl * xi
+        for s in range(L):
+            sw, sl, sl2, sxl, sx = b[_SUM_W + s], b[_SUM_L + s], b[_SUM_L2 + s], b[_SUM_XL + s], b[_SUM_X + s]
+            D = sw * sl2 - sl * sl
+            ts = (sw * sxl - sx * sl) / D
+            tm = (sl2 * sx - sl * sxl) / D
             if tm > 0:
                 tm = ZERO
-                ts = sum_xl[s] / sum_l2[s]
-            t_scale[s] = ts
-            t_min[s] = tm
-            t_d[s] = D
-        # cur_error over Laux, recomputed from iscale and min rather than stored
-        for i in range(n):
-            for s in range(ns):
-                xi = x[i, s]
-                lf = F32(max(0, min(nmax, nearest_int(iscale[s] * (xi - mn[s])))))
-                diff = t_scale[s] * lf + t_min[s] - xi
-                cur[s] += w[i, s] * (diff * diff)
-        for s in range(ns):
+                ts = sxl / sl2
+            b[_T_SCALE + s] = ts
+            b[_T_MIN + s] = tm
+            b[_T_D + s] = D
+        # cur_error += w * (diff*diff) over Laux, diff = this_scale*Laux[i] + this_min - x[i]
+        for i in range(0, _N, 4):
+            for s in range(L):
+                ts = b[_T_SCALE + s]
+                tm = b[_T_MIN + s]
+                o = i * L + s
+                d0 = ts * b[_LV + o] + tm - b[_X + o]
+                d1 = ts * b[_LV + o + L] + tm - b[_X + o + L]
+                d2 = ts * b[_LV + o + 2 * L] + tm - b[_X + o + 2 * L]
+                d3 = ts * b[_LV + o + 3 * L] + tm - b[_X + o + 3 * L]
+                c = b[_CUR + s] + b[_W + o] * (d0 * d0)
+                c = c + b[_W + o + L] * (d1 * d1)
+                c = c + b[_W + o + 2 * L] * (d2 * d2)
+                b[_CUR + s] = c + b[_W + o + 3 * L] * (d3 * d3)
+        for s in range(L):
             # `if (D > 0) { ... if (cur_error < best_error) {...} }`; lanes that returned
             # early (max == min) ran on inf/NaN and are never accepted
-            if t_d[s] > 0 and cur[s] < best[s] and flat[s] == 0:
-                best[s] = cur[s]
-                scale[s] = t_scale[s]
-                l_iscale[s] = iscale[s]
-                l_min[s] = mn[s]
-                mn[s] = t_min[s]
-    for s in range(ns):
-        if flat[s] != 0:
-            scale[s] = ZERO
-        the_min[s] = -mn[s]
+            if b[_T_D + s] > 0 and b[_CUR + s] < b[_BEST + s] and b[_FLAT + s] == 0:
+                b[_BEST + s] = b[_CUR + s]
+                b[_SCALE + s] = b[_T_SCALE + s]
+                b[_L_ISCALE + s] = b[_ISCALE + s]
+                b[_L_MIN + s] = b[_MN + s]
+                b[_MN + s] = b[_T_MIN + s]
+    for s in range(L):
+        if b[_FLAT + s] != 0:
+            b[_SCALE + s] = ZERO
+        b[_THE_MIN + s] = -b[_MN + s]
 
 
 @jit
@@ -173,15 +252,16 @@ def _k4_superblock(xb, v, s0, nmax, y, L):
 def _k4(blocks, nmax, rmin, rdelta, nstep, type_size):
     nb = blocks.shape[0]
     out = np.empty((nb, type_size), np.uint8)
-    x = np.empty((32, LANES), np.float32)
-    w = np.empty((32, LANES), np.float32)
-    v = np.empty((18, LANES), np.float32)
+    buf = lane_buffer(_SIZE)
+    x = buf[_X:_X + _N * LANES].reshape((_N, LANES))
+    w = buf[_W:_W + _N * LANES].reshape((_N, LANES))
+    v = buf[_V:_V + _NV * LANES].reshape((_NV, LANES))
     L = np.empty(256, np.int64)
     per = LANES // 8
     for b0 in range(0, nb, per):
         to_lanes(blocks, b0, 32, x)
         _k4_weights(x, w)
-        _qkx2_lanes(x, w, nmax, rmin, rdelta, nstep, v)
+        _qkx2_lanes(buf, nmax, rmin, rdelta, nstep)
         for b in range(min(per, nb - b0)):
             y = out[b0 + b]
             _k4_superblock(blocks[b0 + b], v, 8 * b, nmax, y, L)

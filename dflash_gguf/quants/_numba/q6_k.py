@@ -4,76 +4,114 @@ from __future__ import annotations
 
 import numpy as np
 
-from .common import F32, F32_01, LANES, ONE, ZERO, fp16_to_fp32, fp32_to_fp16, jit, nearest_int, to_lanes
+from .common import (
+    F32,
+    F32_01,
+    LANES,
+    ONE,
+    ZERO,
+    fp16_to_fp32,
+    fp32_to_fp16,
+    jit,
+    lane_buffer,
+    lane_layout,
+    nearest_int,
+    round_clamp,
+    to_lanes,
+)
 
 _F32_M128 = F32(-128.0)
 _GROUP_MAX_EPS = F32(1e-15)
 
+# The fit's buffer (common.lane_layout): x, its weights w = x*x and w*x (the same in every
+# trial, so computed once), position-major (16 x LANES), and 9 rows of one value per lane.
+_N = 16
+_NV = 9
+(_X, _WW, _WX, _V), _SIZE = lane_layout(_N, _N, _N, _NV)
+_SCALE, _L_ISCALE, _ZERO, _MX, _AMAX, _ISCALE, _SUMLX, _SUML2, _BEST = [_V + r * LANES for r in range(_NV)]
+
 
 @jit
-def _qx_lanes(x, nmax, v):
-    """make_qx_quants(n, nmax, x, L, rmse_type=1, qw=NULL) for the columns of the
-    position-major x (n, lanes), in lockstep as q4_k._qkx2_lanes.
+def _qx_lanes(b, nmax):
+    """make_qx_quants(n, nmax, x, L, rmse_type=1, qw=NULL) for the LANES sub-blocks in the
+    buffer's x region, in lockstep as q4_k._qkx2_lanes.
 
-    Out in ``v`` ((9, lanes) scratch): row 0 the scale, 1 the iscale of the accepted trial
-    (regenerates L where the stored scale reads back as 0), 2 nonzero where every |x| < eps
-    (C returns early with L = 0).
+    Out in the value rows: _SCALE the scale, _L_ISCALE the iscale of the accepted trial
+    (regenerates L where the stored scale reads back as 0), _ZERO nonzero where every
+    |x| < eps (C returns early with L = 0).
+
+    Levels MAX(-nmax, MIN(nmax - 1, nearest_int(iscale*x))) are computed in float
+    (round_clamp): max is the value of largest magnitude, so |iscale*x| <= (nmax + 0.9)(1 +
+    2^-24)^2 < 33 in every live lane; the lanes C returns early from may compute NaN here but
+    are never accepted, and their scale is set to 0 at the end.
     """
-    n = x.shape[0]
-    ns = x.shape[1]
-    scale, l_iscale, zero, mx, amax = v[0], v[1], v[2], v[3], v[4]
-    iscale, sumlx, suml2, best = v[5], v[6], v[7], v[8]
-    for s in range(ns):
-        amax[s] = ZERO
-        mx[s] = ZERO
-    for i in range(n):
-        for s in range(ns):
-            ax = abs(x[i, s])
-            up = ax > amax[s]  # if (ax > amax) { amax = ax; max = x[i]; }
-            amax[s] = ax if up else amax[s]
-            mx[s] = x[i, s] if up else mx[s]
-    for s in range(ns):
-        zero[s] = ONE if amax[s] < _GROUP_MAX_EPS else ZERO  # C returns 0 early, L = 0
-        iscale[s] = F32(-nmax) / mx[s]  # float iscale = -nmax / max
-        sumlx[s] = ZERO
-        suml2[s] = ZERO
-    for i in range(n):
-        for s in range(ns):
-            xi = x[i, s]
-            lf = F32(max(-nmax, min(nmax - 1, nearest_int(iscale[s] * xi))))
-            w = xi * xi  # rmse_type 1
-            sumlx[s] += w * xi * lf  # sumlx += w*x[i]*l
-            suml2[s] += w * lf * lf  # suml2 += w*l*l
-    for s in range(ns):
-        sc = sumlx[s] / suml2[s] if suml2[s] != 0 else ZERO
-        scale[s] = sc
-        best[s] = sc * sumlx[s]
-        l_iscale[s] = iscale[s]
+    L = LANES
+    lo = F32(-nmax)
+    hi = F32(nmax - 1)
+    for s in range(L):
+        b[_AMAX + s] = ZERO
+        b[_MX + s] = ZERO
+    for i in range(_N):
+        for s in range(L):
+            o = i * L + s
+            xi = b[_X + o]
+            ax = abs(xi)
+            up = ax > b[_AMAX + s]  # if (ax > amax) { amax = ax; max = x[i]; }
+            b[_AMAX + s] = ax if up else b[_AMAX + s]
+            b[_MX + s] = xi if up else b[_MX + s]
+            w = xi * xi  # rmse_type 1: float w = x[i]*x[i]
+            b[_WW + o] = w
+            b[_WX + o] = w * xi  # the w*x[i] of sumlx += w*x[i]*l
+    for s in range(L):
+        b[_ZERO + s] = ONE if b[_AMAX + s] < _GROUP_MAX_EPS else ZERO  # C returns 0 early, L = 0
+        b[_ISCALE + s] = F32(-nmax) / b[_MX + s]  # float iscale = -nmax / max
+        b[_SUMLX + s] = ZERO
+        b[_SUML2 + s] = ZERO
+    for i in range(_N):
+        for s in range(L):
+            o = i * L + s
+            lf = round_clamp(b[_ISCALE + s] * b[_X + o], lo, hi)
+            b[_SUMLX + s] += b[_WX + o] * lf  # sumlx += w*x[i]*l
+            b[_SUML2 + s] += b[_WW + o] * lf * lf  # suml2 += w*l*l
+    for s in range(L):
+        sl2 = b[_SUML2 + s]
+        sc = b[_SUMLX + s] / sl2 if sl2 != 0 else ZERO
+        b[_SCALE + s] = sc
+        b[_BEST + s] = sc * b[_SUMLX + s]
+        b[_L_ISCALE + s] = b[_ISCALE + s]
     for step in range(-9, 10):
         if step == 0:
             continue
         num = F32(nmax) + F32_01 * F32(step)
-        for s in range(ns):
-            iscale[s] = -num / mx[s]  # iscale = -(nmax + 0.1f*is) / max
-            sumlx[s] = ZERO
-            suml2[s] = ZERO
-        for i in range(n):
-            for s in range(ns):
-                xi = x[i, s]
-                lf = F32(max(-nmax, min(nmax - 1, nearest_int(iscale[s] * xi))))
-                w = xi * xi
-                sumlx[s] += w * xi * lf
-                suml2[s] += w * lf * lf
-        for s in range(ns):
+        for s in range(L):
+            b[_ISCALE + s] = -num / b[_MX + s]  # iscale = -(nmax + 0.1f*is) / max
+            b[_SUMLX + s] = ZERO
+            b[_SUML2 + s] = ZERO
+        # four positions at a time: each lane's sums take the four terms in order in registers
+        for i in range(0, _N, 4):
+            for s in range(L):
+                isc = b[_ISCALE + s]
+                o = i * L + s
+                l0 = round_clamp(isc * b[_X + o], lo, hi)
+                l1 = round_clamp(isc * b[_X + o + L], lo, hi)
+                l2 = round_clamp(isc * b[_X + o + 2 * L], lo, hi)
+                l3 = round_clamp(isc * b[_X + o + 3 * L], lo, hi)
+                b[_SUMLX + s] = (((b[_SUMLX + s] + b[_WX + o] * l0) + b[_WX + o + L] * l1)
+                                 + b[_WX + o + 2 * L] * l2) + b[_WX + o + 3 * L] * l3
+                b[_SUML2 + s] = (((b[_SUML2 + s] + b[_WW + o] * l0 * l0) + b[_WW + o + L] * l1 * l1)
+                                 + b[_WW + o + 2 * L] * l2 * l2) + b[_WW + o + 3 * L] * l3 * l3
+        for s in range(L):
             # if (suml2 > 0 && sumlx*sumlx > best*suml2) { L = ...; scale = sumlx/suml2; best = scale*sumlx; }
-            if suml2[s] > 0 and sumlx[s] * sumlx[s] > best[s] * suml2[s] and zero[s] == 0:
-                sc = sumlx[s] / suml2[s]
-                scale[s] = sc
-                best[s] = sc * sumlx[s]
-                l_iscale[s] = iscale[s]
-    for s in range(ns):
-        if zero[s] != 0:
-            scale[s] = ZERO
+            sl2 = b[_SUML2 + s]
+            slx = b[_SUMLX + s]
+            if sl2 > 0 and slx * slx > b[_BEST + s] * sl2 and b[_ZERO + s] == 0:
+                sc = slx / sl2
+                b[_SCALE + s] = sc
+                b[_BEST + s] = sc * slx
+                b[_L_ISCALE + s] = b[_ISCALE + s]
+    for s in range(L):
+        if b[_ZERO + s] != 0:
+            b[_SCALE + s] = ZERO
 
 
 @jit
@@ -81,14 +119,15 @@ def q6_k(blocks):
     """quantize_row_q6_K_ref: (nb, 256) float32 C-contiguous -> (nb, 210) uint8."""
     nb = blocks.shape[0]
     out = np.empty((nb, 210), np.uint8)
-    x = np.empty((16, LANES), np.float32)
-    v = np.empty((9, LANES), np.float32)
+    buf = lane_buffer(_SIZE)
+    x = buf[_X:_X + _N * LANES].reshape((_N, LANES))
+    v = buf[_V:_V + _NV * LANES].reshape((_NV, LANES))
     L = np.empty(256, np.int64)
     sc = np.empty(16, np.int64)
     per = LANES // 16
     for b0 in range(0, nb, per):
         to_lanes(blocks, b0, 16, x)
-        _qx_lanes(x, 32, v)
+        _qx_lanes(buf, 32)
         for b in range(min(per, nb - b0)):
             y = out[b0 + b]
             xb = blocks[b0 + b]
