@@ -1,74 +1,29 @@
 """`bench` against a real llama-server built from the vendored llama.cpp (marked: CI builds it).
 
-The pair: ``fixtures/runtime/{target.gguf,drafter.gguf,prompts.jsonl}`` when present (a tiny
-pair trained so the target really accepts drafts); until then the untrained fixtures, a target
-GGUF written by llama.cpp's own converter from ``fixtures/targets/qwen3-tiny`` and our conversion
-of ``fixtures/drafters/qwen3-flat``: they accept next to nothing, but every mechanism runs (the
-launch with ``--spec-type draft-dflash``, the trace, the timings, the stop). What bench reports
-must be what the server counted, request by request.
+The pair is ``fixtures/runtime/``: a tiny target and a DFlash drafter trained so the target really
+accepts drafts (``fixtures/make_runtime_pair.py``). What bench reports must be what the server
+counted, request by request, and what ``parity --emulate llama.cpp`` predicts.
 """
 from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 
 import pytest
 
-from tests.bench.conftest import bench_json, pid_gone
-from tests.conftest import DRAFTERS, FIXTURES, TARGETS, llama_cpp_src
+from tests.bench.conftest import pid_gone
+from tests.conftest import FIXTURES
 
 pytestmark = [pytest.mark.slow, pytest.mark.llama_server]
 
 RUNTIME = FIXTURES / "runtime"
-PROMPT_IDS = ([1, 5, 9, 33, 71, 100, 7, 250], [12, 40, 41, 42, 300, 301, 17], [3, 3, 90, 91, 92, 93])
 N = 32
-
-# llama.cpp's converter refuses a BPE pre-tokenizer hash it does not know (the fixture's is
-# synthetic); our converter's choice for it, 'qwen2', is what the target GGUF gets instead.
-_CONVERT = r'''
-import os, runpy, sys
-src = os.environ["DFLASH_LLAMA_CPP_SRC"]
-sys.path[:0] = [src, os.path.join(src, "gguf-py")]
-import conversion.base as base
-orig = base.TextModel.get_vocab_base_pre
-def patched(self, tokenizer):
-    try:
-        return orig(self, tokenizer)
-    except NotImplementedError:
-        return "qwen2"
-base.TextModel.get_vocab_base_pre = patched
-sys.argv = [os.path.join(src, "convert_hf_to_gguf.py")] + sys.argv[1:]
-runpy.run_path(sys.argv[0], run_name="__main__")
-'''
 
 
 @pytest.fixture(scope="session")
-def pair(tmp_path_factory) -> dict:
-    """{"target", "drafter", "prompts", "trained", and for the untrained pair the HF dirs}."""
-    if (RUNTIME / "target.gguf").is_file() and (RUNTIME / "drafter.gguf").is_file():
-        return {"target": RUNTIME / "target.gguf", "drafter": RUNTIME / "drafter.gguf",
-                "prompts": RUNTIME / "prompts.jsonl", "trained": True}
-    src = llama_cpp_src()
-    if src is None:
-        pytest.skip("llama.cpp source not found (DFLASH_LLAMA_CPP_SRC): needed to write the target GGUF")
-    pytest.importorskip("torch")  # llama.cpp's converter imports it
-    d = tmp_path_factory.mktemp("pair")
-    target = d / "target.gguf"
-    r = subprocess.run([sys.executable, "-c", _CONVERT, str(TARGETS / "qwen3-tiny"), "--outtype", "f32", "--outfile",
-                        str(target)], env={**os.environ, "DFLASH_LLAMA_CPP_SRC": str(src)}, capture_output=True,
-                       text=True, timeout=600)
-    assert r.returncode == 0, r.stderr[-2000:]
-    from dflash_gguf.cli import main
-
-    drafter = d / "drafter.gguf"
-    assert main(["convert", str(DRAFTERS / "qwen3-flat"), "--target-dir", str(TARGETS / "qwen3-tiny"),
-                 "-o", str(drafter)]) == 0
-    prompts = d / "prompts.jsonl"
-    prompts.write_text("".join(json.dumps({"prompt_ids": p}) + "\n" for p in PROMPT_IDS))
-    return {"target": target, "drafter": drafter, "prompts": prompts, "trained": False,
-            "target_dir": TARGETS / "qwen3-tiny", "drafter_dir": DRAFTERS / "qwen3-flat"}
+def pair() -> dict:
+    """{"target", "drafter", "prompts"} GGUFs and prompts of the trained pair."""
+    return {"target": RUNTIME / "target.gguf", "drafter": RUNTIME / "drafter.gguf", "prompts": RUNTIME / "prompts.jsonl"}
 
 
 @pytest.fixture(scope="session")
@@ -116,12 +71,7 @@ def _parity_mean_length(pair, tmp_path, *extra: str) -> float:
     """Mean acceptance length from ``parity --emulate llama.cpp`` on the same prompts, pooled over
     them and counted as llama-server counts it (1 + accepted / drafting rounds, the last draft
     trimmed to the tokens still to predict): the very number bench reads off the server."""
-    if not pair["trained"]:
-        target, drafter = pair["target_dir"], pair["drafter_dir"]
-    elif (RUNTIME / "target").is_dir() and (RUNTIME / "drafter").is_dir():
-        target, drafter = RUNTIME / "target", RUNTIME / "drafter"
-    else:
-        pytest.skip("fixtures/runtime has no checkpoint dirs for parity's reference")
+    target, drafter = RUNTIME / "target", RUNTIME / "drafter"
     from dflash_gguf.cli import main
 
     out = tmp_path / "parity.json"
@@ -139,16 +89,13 @@ def _row(report, pair):
 def test_mean_acceptance_agrees_with_parity_emulating_llama_cpp(real_report, pair, tmp_path):
     parity_len = _parity_mean_length(pair, tmp_path)
     # The trained pair drafts its whole block far from any near-tie: the runtime and the reference
-    # take the same decision every round (15.5 both, measured). The untrained pair sits on ties.
-    tol = 1e-9 if pair["trained"] else 0.25
-    assert _row(real_report, pair)["mean_acceptance_length"]["mean"] == pytest.approx(parity_len, abs=tol)
+    # take the same decision every round (15.5 both, measured).
+    assert _row(real_report, pair)["mean_acceptance_length"]["mean"] == pytest.approx(parity_len, abs=1e-9)
 
 
 def test_a_short_draft_mixes_accepts_and_rejects_as_parity_predicts(pair, llama_server_bin, tmp_path):
     """Three drafts per step (a 4-token block, llama-server's own default draft size): the trained
     pair now rejects some drafts, so a swapped drafted/accepted count or a wrong histogram shows."""
-    if not pair["trained"]:
-        pytest.skip("needs the trained pair (fixtures/runtime)")
     from dflash_gguf.cli import main
 
     out = tmp_path / "short.json"
