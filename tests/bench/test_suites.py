@@ -34,22 +34,6 @@ def test_jsonl_with_token_ids_like_parity_prompts_files(tmp_path):
     assert p.ids == (1, 5, 9) and p.raw and p.payload == [1, 5, 9]
 
 
-@pytest.mark.parametrize("text,msg", [
-    ('{"prompt_ids": [1, -2]}\n', ":1: expected an object"),
-    ('{"prompt": "a"}\n{"prompt": \n', ":2: not valid JSON"),
-    ('{"prompt": "a"}\n["a"]\n', ":2: expected an object"),
-    ('{"prompt": ""}\n', ":1: expected an object"),
-    ('{"prompt": "a", "raw": "yes"}\n', ":1: \"raw\" must be"),
-    ("\n\n", "no prompts"),
-])
-def test_jsonl_errors_name_the_line(tmp_path, text, msg):
-    f = tmp_path / "bad.jsonl"
-    f.write_text(text)
-    with pytest.raises(UsageError, match=msg.replace("(", r"\(")) as e:
-        load_suite(str(f))
-    assert "\n" not in str(e.value)
-
-
 def test_unknown_name_and_missing_file():
     with pytest.raises(UsageError, match="not a suite name"):
         load_suite("poetry")

@@ -18,3 +18,14 @@ def test_text_prompt_uses_target_tokenizer(cli, tmp_path):
 
     ids = Tokenizer.from_file(str(QWEN / "tokenizer.json")).encode("hello world", add_special_tokens=False).ids
     assert json.loads(rep.read_text())["prompt_ids"] == ids
+
+
+def test_prompts_file_ids_as_given_and_text_through_the_tokenizer(tmp_path):
+    from tokenizers import Tokenizer
+
+    from dflash_gguf.parity.prompts import read_prompts_file
+
+    f = tmp_path / "p.jsonl"
+    f.write_text('{"prompt_ids": [5, 6]}\n{"prompt": "hello world", "raw": true}\n')
+    ids = Tokenizer.from_file(str(QWEN / "tokenizer.json")).encode("hello world", add_special_tokens=False).ids
+    assert read_prompts_file(f, QWEN) == [[5, 6], ids]
