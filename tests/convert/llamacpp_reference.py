@@ -10,11 +10,9 @@ decide metadata (a ``mask_embedding.pt`` drafter patches the target's embedding 
 KV and tensor info is what the converter decided, and the header bytes and the file size equal
 a full run's (the tests prove it on the fixture drafters).
 
-The converter pays ~7 s of imports (torch, transformers) per process, so all the jobs of one
-call run in one process that imports once, each job in a fork of it (its own copy of every
-module global, as in a separate run), one fork per core at a time. Summaries are cached as JSON under
-``<repo>/.cache/reference-conversions/``, keyed by everything the converter reads (see
-``cache_key``), so a second run costs nothing.
+The runs go through ``tests/llamacpp_converter.py`` (one process, a fork per job). Summaries
+are cached as JSON under ``<repo>/.cache/reference-conversions/``, keyed by everything the
+converter reads (see ``cache_key``), so a second run costs nothing.
 
 ``llama_load`` loads a GGUF with real llama.cpp without reading tensor data (a default load
 faults in every page of a multi-GB file, holes included). For a corpus of drafters:
@@ -44,6 +42,7 @@ from dflash_gguf.fileio.string_array import StringArray
 from dflash_gguf.fileio.types import type_name
 
 from tests.conftest import ROOT, llama_cpp_src
+from tests.llamacpp_converter import RUNNER, ConverterRun, log_tail, run_jobs
 
 log = logging.getLogger(__name__)
 CACHE_DIR = ROOT / ".cache" / "reference-conversions"
@@ -219,74 +218,6 @@ def summary_gguf(summary: Summary, path: Path) -> Path:
 
 # --- running the vendored converter ------------------------------------------------------
 
-RUNNER = r'''
-import json, os, runpy, sys, traceback
-src, jobs_path, parallel = sys.argv[1], sys.argv[2], int(sys.argv[3])
-# The converter's heavy imports, paid once before forking.
-import torch  # noqa: F401
-import gguf
-from gguf.gguf_writer import GGUFWriter, WriterState
-if not os.path.realpath(gguf.__file__).startswith(os.path.realpath(os.path.join(src, "gguf-py")) + os.sep):
-    sys.exit(f"imported {gguf.__file__}, not the vendored gguf-py: the patch would miss")
-import conversion  # noqa: F401
-try:
-    import transformers.models.auto.tokenization_auto  # noqa: F401
-except ImportError:
-    pass
-
-
-def header_only(self, *, progress=False):
-    # write_tensors_to_file without the data: gguf-py writes the tensor infos and the padding
-    # after them; the data section becomes a hole of the size the real loop would write
-    # (each tensor padded to the alignment); the lazy tensors are dropped unevaluated.
-    self.write_ti_data_to_file()
-    for fout, tensors in zip(self.fout, self.tensors):
-        self.write_padding(fout, fout.tell())
-        size = fout.tell() + sum(self.ggml_pad(ti.nbytes, self.data_alignment) for ti in tensors.values())
-        for ti in tensors.values():
-            ti.tensor = None
-        fout.flush()
-        fout.truncate(size)
-    self.state = WriterState.WEIGHTS
-
-
-script = os.path.join(src, "convert_hf_to_gguf.py")
-jobs = json.load(open(jobs_path))
-codes = [None] * len(jobs)
-running = {}  # pid -> job index; a job is single-threaded Python, so one per core at a time
-for i, job in enumerate(jobs):
-    while len(running) >= parallel:
-        pid, status = os.wait()
-        codes[running.pop(pid)] = os.waitstatus_to_exitcode(status)
-    sys.stdout.flush()
-    pid = os.fork()
-    if pid == 0:
-        code = 1
-        try:
-            fd = os.open(job["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-            os.dup2(fd, 1)
-            os.dup2(fd, 2)
-            if job["header_only"]:
-                GGUFWriter.write_tensors_to_file = header_only
-            sys.argv = [script, *job["args"]]
-            runpy.run_path(script, run_name="__main__")
-            code = 0
-        except SystemExit as e:
-            code = 0 if e.code is None else e.code if isinstance(e.code, int) else 1
-        except BaseException:
-            traceback.print_exc()
-        finally:
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os._exit(code)
-    running[pid] = i
-while running:
-    pid, status = os.wait()
-    codes[running.pop(pid)] = os.waitstatus_to_exitcode(status)
-print(json.dumps(codes))
-'''
-
-
 def llama_src() -> Path | None:
     """The vendored llama.cpp sources (``DFLASH_LLAMA_CPP_SRC``), or None (see ``llama_cpp_src``)."""
     return llama_cpp_src()
@@ -301,24 +232,11 @@ def run_converter(jobs: Sequence[Job], outs: Sequence[Path], *, header_only: boo
         AssertionError: a job failed; the message holds the end of its log.
     """
     flags = [header_only] * len(jobs) if isinstance(header_only, bool) else list(header_only)
-    spec = [{"args": [str(j.drafter), "--target-model-dir", str(j.target), "--outfile", str(o), "--outtype", j.outtype],
-             "log": str(o.with_suffix(".log")), "header_only": h} for j, o, h in zip(jobs, outs, flags)]
-    with tempfile.TemporaryDirectory(prefix="llamacpp-jobs-") as tmp:
-        (Path(tmp) / "jobs.json").write_text(json.dumps(spec))
-        env = {**os.environ, "PYTHONPATH": f"{src / 'gguf-py'}{os.pathsep}{src}",
-               # the converter must not reach for the Hub: everything it needs is in the two dirs
-               "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-        env.pop("NO_LOCAL_GGUF", None)
-        parallel = str(max(1, min(len(jobs), len(os.sched_getaffinity(0)))))
-        r = subprocess.run([sys.executable, "-c", RUNNER, str(src), str(Path(tmp) / "jobs.json"), parallel],
-                           env=env, capture_output=True, text=True, cwd=tmp)
-    if r.returncode != 0:
-        raise AssertionError(f"reference runner failed ({r.returncode}): {r.stderr[-2000:]}")
-    codes = json.loads(r.stdout.strip().splitlines()[-1])
-    for job, out, code in zip(jobs, outs, codes):
+    runs = [ConverterRun((str(j.drafter), "--target-model-dir", str(j.target), "--outfile", str(o), "--outtype", j.outtype),
+                         o.with_suffix(".log"), header_only=h) for j, o, h in zip(jobs, outs, flags)]
+    for job, run, code in zip(jobs, runs, run_jobs(runs, src)):
         if code != 0:
-            tail = out.with_suffix(".log").read_text(errors="replace")[-2000:]
-            raise AssertionError(f"convert_hf_to_gguf.py failed on {job.drafter} (exit {code}):\n{tail}")
+            raise AssertionError(f"convert_hf_to_gguf.py failed on {job.drafter} (exit {code}):\n{log_tail(run, 2000)}")
 
 
 LOAD = r'''

