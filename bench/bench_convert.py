@@ -10,7 +10,7 @@ which need DFLASH_LLAMA_CPP_SRC = vendor/llama.cpp of the llama-cpp-python 0.3.3
 
 Then runs, each as a fresh child process, interleaved round by round (so background load on a
 shared machine hits every job alike), --repeat rounds:
-  cp            `cp` of model.safetensors (GNU cp: copy_file_range, an in-kernel copy)
+  cp            `cp` of model.safetensors (GNU cp 9: one copy_file_range of the whole file)
   copy16        a Python read/write copy in 16 MiB chunks (user-space streaming, for scale)
   ours-gguf     `python -m dflash_gguf convert D -o X --target-gguf T.gguf` (tokenizer KVs copied)
   gguf-dry      the same with --dry-run (everything but the write; ours-gguf minus it = the data path)

@@ -35,7 +35,8 @@ class FileSpan:
 # safetensors' (the headers differ), so the kernel's splice copy puts every source page into two
 # output pages, each its own page-cache write: 40 % more CPU than cp. A write() from mapped memory
 # fills each output page once: ~0.65x cp's CPU with the reservation below (0.94 GB, warm cache;
-# docs/performance.md). Larger pieces measured slower, smaller ones pay per-call overhead.
+# docs/performance.md, "convert"). Two threads do not help: ext4 serialises writes to one file.
+# Larger pieces measured slower, smaller ones pay per-call overhead.
 WINDOW_BYTES = 16 << 20
 PIECE_BYTES = 1 << 20
 
