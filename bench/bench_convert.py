@@ -1,6 +1,6 @@
 """Benchmark `convert` against `cp` and llama.cpp's own converter: whole processes, one run.
 
-    python bench/bench_convert.py [--layers 2] [--repeat 3] [--no-reference] [--keep] [--before DIR]
+    python bench/bench_convert.py [--layers 2] [--repeat 3] [--no-reference] [--keep] [--before DIR] [--no-compile]
 
 Generates a synthetic drafter with Qwen3-8B-DFlash shapes (bf16; 2 layers ≈ 0.95 GB, 5 layers
 ≈ 2.1 GB) under bench/_work/ and a Qwen3-8B target with the real 151,936-token BPE vocabulary,
@@ -10,7 +10,7 @@ which need DFLASH_LLAMA_CPP_SRC = vendor/llama.cpp of the llama-cpp-python 0.3.3
 
 Then runs, each as a fresh child process, interleaved round by round (so background load on a
 shared machine hits every job alike), --repeat rounds:
-  cp            `cp` of model.safetensors (GNU cp: copy_file_range, an in-kernel copy)
+  cp            `cp` of model.safetensors (GNU cp 9: one copy_file_range of the whole file)
   copy16        a Python read/write copy in 16 MiB chunks (user-space streaming, for scale)
   ours-gguf     `python -m dflash_gguf convert D -o X --target-gguf T.gguf` (tokenizer KVs copied)
   gguf-dry      the same with --dry-run (everything but the write; ours-gguf minus it = the data path)
@@ -31,62 +31,36 @@ import json
 import os
 import shutil
 import statistics
-import struct
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import numpy as np
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
+sys.path.insert(0, str(HERE))
+from _models import qwen3_dflash_config, qwen3_dflash_tensors, write_bf16_safetensors  # noqa: E402
 WORK = HERE / "_work"
 MiB = 1 << 20
 
 
-def write_bf16_safetensors(path: Path, tensors: dict[str, tuple[tuple[int, ...], int]], seed: int = 0) -> int:
-    """Stream a bf16 safetensors file tensor by tensor (safetensors' writers need the whole dict
-    in memory, and its numpy API has no bf16; the format is a JSON header + raw bytes)."""
-    import numpy as np
-
-    header, offset = {}, 0
-    for name, (shape, _) in sorted(tensors.items()):
-        n = int(np.prod(shape)) * 2
-        header[name] = {"dtype": "BF16", "shape": list(shape), "data_offsets": [offset, offset + n]}
-        offset += n
-    blob = json.dumps(header).encode()
-    blob += b" " * (-len(blob) % 8)
-    rng = np.random.default_rng(seed)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(blob)) + blob)
-        for name, (shape, kind) in sorted(tensors.items()):
-            n = int(np.prod(shape))
-            for start in range(0, n, 1 << 24):
-                m = min(1 << 24, n - start)
-                x = (rng.standard_normal(m, dtype=np.float32) * 0.02) if kind else (1 + 0.05 * rng.standard_normal(m, dtype=np.float32))
-                f.write(((x.view(np.uint32) + 0x8000) >> 16).astype(np.uint16).tobytes())
-    return offset
+def _pieces(rng, shape: tuple[int, ...], matrix: bool):
+    """Flat pieces of 16 M values: N(0, 0.02) matrices, 1 + N(0, 0.05) norms (only plausible
+    bytes matter to a copy)."""
+    n = int(np.prod(shape))
+    for start in range(0, n, 1 << 24):
+        m = min(1 << 24, n - start)
+        yield (rng.standard_normal(m, dtype=np.float32) * 0.02) if matrix else (1 + 0.05 * rng.standard_normal(m, dtype=np.float32))
 
 
 def make_drafter(d: Path, layers: int, H: int, I: int, taps: int, heads: int = 32, kv: int = 8, hd: int = 128) -> int:
-    import numpy as np
-
     d.mkdir(parents=True, exist_ok=True)
-    t = {"fc.weight": ((H, taps * H), 1), "hidden_norm.weight": ((H,), 0), "norm.weight": ((H,), 0)}
-    for i in range(layers):
-        p = f"layers.{i}."
-        t.update({p + "input_layernorm.weight": ((H,), 0), p + "post_attention_layernorm.weight": ((H,), 0),
-                  p + "self_attn.q_proj.weight": ((heads * hd, H), 1), p + "self_attn.k_proj.weight": ((kv * hd, H), 1),
-                  p + "self_attn.v_proj.weight": ((kv * hd, H), 1), p + "self_attn.o_proj.weight": ((H, heads * hd), 1),
-                  p + "self_attn.q_norm.weight": ((hd,), 0), p + "self_attn.k_norm.weight": ((hd,), 0),
-                  p + "mlp.gate_proj.weight": ((I, H), 1), p + "mlp.up_proj.weight": ((I, H), 1),
-                  p + "mlp.down_proj.weight": ((H, I), 1)})
-    cfg = {"architectures": ["DFlashDraftModel"], "model_type": "qwen3", "hidden_size": H, "intermediate_size": I,
-           "num_hidden_layers": layers, "num_attention_heads": heads, "num_key_value_heads": kv, "head_dim": hd,
-           "rms_norm_eps": 1e-6, "rope_theta": 1e6, "max_position_embeddings": 40960, "vocab_size": 151936,
-           "block_size": 16, "num_target_layers": 36,
-           "dflash_config": {"mask_token_id": 151669, "target_layer_ids": [1, 9, 17, 25, 33][:taps]}}
+    t = qwen3_dflash_tensors(layers, H, I, taps, heads, kv, hd)
+    cfg = qwen3_dflash_config(layers, H, I, taps, vocab=151936, mask_token_id=151669, heads=heads, kv=kv, hd=hd)
     (d / "config.json").write_text(json.dumps(cfg))
-    write_bf16_safetensors(d / "model.safetensors", t)
+    write_bf16_safetensors(d / "model.safetensors", t, _pieces, round_half_even=False)
     return max(int(np.prod(s)) * 2 for s, _ in t.values())
 
 
@@ -143,6 +117,8 @@ def main() -> None:
     ap.add_argument("--keep", action="store_true", help="keep bench/_work/ afterwards")
     ap.add_argument("--before", type=Path, default=None,
                     help="another checkout of dflash-gguf to time its convert --target-gguf alongside")
+    ap.add_argument("--no-compile", action="store_true",
+                    help="do not byte-compile dflash_gguf first (time the source compile too)")
     ap.add_argument("--prepare", action="store_true", help=argparse.SUPPRESS)  # the generating child
     args = ap.parse_args()
     src_env = os.environ.get("DFLASH_LLAMA_CPP_SRC")
@@ -196,6 +172,16 @@ def main() -> None:
     if not args.no_reference:
         jobs["llama.cpp"] = ([py, str(llama_src / "convert_hf_to_gguf.py"), str(d), "--target-model-dir", str(tdir),
                               "--outfile", str(out), "--outtype", "auto"], ref_env, ROOT)
+    # Byte-compile the checkouts timed, as pip does when it installs: with PYTHONDONTWRITEBYTECODE
+    # set (as on some CI machines) every child would otherwise compile our ~40 modules (~65 ms).
+    trees = [ROOT] + ([args.before.resolve()] if args.before else [])
+    if not args.no_compile:
+        import compileall
+
+        for tree in trees:
+            compileall.compile_dir(tree / "dflash_gguf", quiet=1)
+    print(f"dflash_gguf byte-compiled first: {'no' if args.no_compile else 'yes'} "
+          f"(PYTHONDONTWRITEBYTECODE={os.environ.get('PYTHONDONTWRITEBYTECODE', '')!r})")
     floor = run_child(["true"], os.environ.copy())[2]
     print(f"RSS floor inherited from this process: {floor / MiB:.0f} MiB (no child reports less)")
     results: dict[str, list[tuple[float, float, int]]] = {k: [] for k in jobs}

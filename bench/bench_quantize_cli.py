@@ -34,7 +34,6 @@ import os
 import platform
 import shutil
 import statistics
-import struct
 import subprocess
 import sys
 import tempfile
@@ -44,6 +43,9 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))
+from _models import qwen3_dflash_config, qwen3_dflash_tensors, write_bf16_safetensors  # noqa: E402
+
 FTYPE_IDS = {"q4_k_m": 15, "q8_0": 7}
 
 LLAMA_QUANTIZE_PY = r'''
@@ -58,55 +60,33 @@ sys.exit(llama_cpp.llama_model_quantize(sys.argv[1].encode(), sys.argv[2].encode
 def drafter_shapes(scale: float) -> tuple[dict, dict[str, tuple[tuple[int, ...], bool]]]:
     """config.json and {safetensors name: (shape, is_matrix)}; --scale shrinks layers, taps and
     the ffn width (hidden stays 4096, so every row length and fallback is the real one)."""
-    H, heads, kv, hd = 4096, 32, 8, 128
+    H = 4096
     layers = max(1, round(5 * scale))
     taps = max(1, round(5 * scale))
     inter = max(256, round(12288 * scale / 256) * 256)
-    t = {"fc.weight": ((H, taps * H), True), "hidden_norm.weight": ((H,), False), "norm.weight": ((H,), False)}
-    for i in range(layers):
-        p = f"layers.{i}."
-        t.update({p + "input_layernorm.weight": ((H,), False), p + "post_attention_layernorm.weight": ((H,), False),
-                  p + "self_attn.q_proj.weight": ((heads * hd, H), True),
-                  p + "self_attn.k_proj.weight": ((kv * hd, H), True),
-                  p + "self_attn.v_proj.weight": ((kv * hd, H), True),
-                  p + "self_attn.o_proj.weight": ((H, heads * hd), True),
-                  p + "self_attn.q_norm.weight": ((hd,), False), p + "self_attn.k_norm.weight": ((hd,), False),
-                  p + "mlp.gate_proj.weight": ((inter, H), True), p + "mlp.up_proj.weight": ((inter, H), True),
-                  p + "mlp.down_proj.weight": ((H, inter), True)})
-    cfg = {"architectures": ["DFlashDraftModel"], "model_type": "qwen3", "hidden_size": H, "intermediate_size": inter,
-           "num_hidden_layers": layers, "num_attention_heads": heads, "num_key_value_heads": kv, "head_dim": hd,
-           "rms_norm_eps": 1e-6, "rope_theta": 1e6, "max_position_embeddings": 40960, "vocab_size": 512,
-           "block_size": 16, "num_target_layers": 36,
-           "dflash_config": {"mask_token_id": 500, "target_layer_ids": [1, 9, 17, 25, 33][:taps]}}
-    return cfg, t
+    return (qwen3_dflash_config(layers, H, inter, taps, vocab=512, mask_token_id=500),
+            qwen3_dflash_tensors(layers, H, inter, taps))
+
+
+def _pieces(rng: np.random.Generator, shape: tuple[int, ...], matrix: bool):
+    """Row pieces of ~16 M values: N(0, 0.02) matrices with a per-row scale spread (so the
+    K-quant fits see realistic variety), 1 + N(0, 0.05) norms."""
+    cols = shape[-1]
+    rows = int(np.prod(shape[:-1]))
+    step = max(1, (1 << 24) // cols)
+    for r0 in range(0, rows, step):
+        m = min(step, rows - r0)
+        if matrix:
+            x = rng.standard_normal((m, cols), dtype=np.float32)
+            x *= (0.02 * np.exp(0.3 * rng.standard_normal((m, 1)))).astype(np.float32)
+        else:
+            x = 1 + 0.05 * rng.standard_normal((m, cols), dtype=np.float32)
+        yield x
 
 
 def write_safetensors(path: Path, tensors: dict[str, tuple[tuple[int, ...], bool]], seed: int = 0) -> None:
-    """bf16 safetensors streamed in 16 M-value pieces: N(0, 0.02) matrices with a per-row scale
-    spread (so the K-quant fits see realistic variety), 1 + N(0, 0.05) norms."""
-    header, offset = {}, 0
-    for name, (shape, _) in sorted(tensors.items()):
-        n = int(np.prod(shape)) * 2
-        header[name] = {"dtype": "BF16", "shape": list(shape), "data_offsets": [offset, offset + n]}
-        offset += n
-    blob = json.dumps(header).encode()
-    blob += b" " * (-len(blob) % 8)
-    rng = np.random.default_rng(seed)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(blob)) + blob)
-        for name, (shape, matrix) in sorted(tensors.items()):
-            cols = shape[-1]
-            rows = int(np.prod(shape[:-1]))
-            step = max(1, (1 << 24) // cols)
-            for r0 in range(0, rows, step):
-                m = min(step, rows - r0)
-                if matrix:
-                    x = rng.standard_normal((m, cols), dtype=np.float32)
-                    x *= (0.02 * np.exp(0.3 * rng.standard_normal((m, 1)))).astype(np.float32)
-                else:
-                    x = 1 + 0.05 * rng.standard_normal((m, cols), dtype=np.float32)
-                u = x.view(np.uint32)
-                f.write(((u + np.uint32(0x7FFF) + ((u >> 16) & 1)) >> 16).astype("<u2").tobytes())
+    """bf16 safetensors streamed piece by piece (round-to-nearest-even), values from ``_pieces``."""
+    write_bf16_safetensors(path, tensors, _pieces, seed=seed)
 
 
 def target_gguf(path: Path, hidden: int) -> None:

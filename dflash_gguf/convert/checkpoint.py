@@ -155,7 +155,7 @@ def encode(src: SourceTensor, qtype: Q, chunks: Iterable[np.ndarray] | None = No
     """
     passthrough = (qtype, src.dtype) in ((Q.BF16, "BF16"), (Q.F16, "F16"), (Q.F32, "F32"))  # identical bytes
     if passthrough and chunks is None:
-        # Stored bytes are the encoding: copied file to file by the writer (in the kernel).
+        # Stored bytes are the encoding: copied file to file by the writer (fileio/span_copy.py).
         yield FileSpan(src.file, src.offset, src.nbytes, src.name)
         return
     if (qtype, src.dtype) == (Q.F32, "BF16") and chunks is None and src.nbytes <= SMALL_BYTES:

@@ -15,13 +15,12 @@ but a sparse input (a test corpus of multi-GB drafters stored as a header and a 
 seconds into a file that takes almost no disk blocks.
 
 Bytes that go out unchanged (a bf16 tensor kept bf16; a retargeted GGUF's tensors) come as a
-``FileSpan`` and are copied file to file in the kernel with ``os.copy_file_range``, as ``cp``
-does: they never pass through Python, and memory stays flat. Holes and zero pieces of a span
-are skipped the same way.
+``FileSpan`` and go out by ``write`` straight from a read-only memory map of the source, a window
+at a time (see ``_copy_range``): one copy, page cache to page cache, never through a Python
+object, and memory stays flat. Holes and zero pieces of a span are skipped the same way.
 """
 from __future__ import annotations
 
-import errno
 import os
 import sys
 import tempfile
@@ -30,9 +29,10 @@ from pathlib import Path
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Sequence
 
-from ..errors import OutputError, WeightsError
+from ..errors import OutputError
 from .gguf_constants import GGML_QUANT_SIZES, GGUF_DEFAULT_ALIGNMENT, GGMLQuantizationType, GGUFValueType
 from .kv_encode import encode_header, encode_kv, encode_tensor_info
+from .span_copy import FileSpan, copy_span, nonzero, write_all
 from .string_array import StringArray
 from .types import KV
 
@@ -57,17 +57,6 @@ class TensorOut:
     ggml_type: GGMLQuantizationType
     nbytes: int
     produce: Callable[[], "np.ndarray | bytes | FileSpan | Iterable[np.ndarray | bytes | FileSpan]"]
-
-
-@dataclass(frozen=True)
-class FileSpan:
-    """Bytes ``[offset, offset + nbytes)`` of the file at ``path``, written unchanged: what a
-    producer yields instead of an array when a tensor's encoding is its stored bytes."""
-
-    path: Path
-    offset: int
-    nbytes: int
-    name: str = ""  # the tensor, for messages
 
 
 @dataclass(frozen=True)
@@ -116,7 +105,7 @@ def write_gguf(
     try:
         header, align = _header(arch, kvs, tensors)
         with open(tmp, "r+b", buffering=0) as fout:
-            _write_all(fout, memoryview(header))
+            write_all(fout, memoryview(header))
             _pad(fout, fout.tell(), align)
             total = _write_data(fout, tensors, align, progress)
             # The data may end in a hole (a seek writes nothing): the size must still cover it.
@@ -205,7 +194,7 @@ def _write_data(fout, tensors: Sequence[TensorOut], align: int, progress: Progre
                 _pad(fout, t.nbytes, align)
                 continue
             if isinstance(chunk, FileSpan):
-                _copy_span(fout, chunk, progress)
+                copy_span(fout, chunk, HOLE_BYTES, progress)
                 written[i] += chunk.nbytes
                 total += chunk.nbytes
                 continue
@@ -241,89 +230,12 @@ def _write_sparse(fout, buf: memoryview) -> None:
     while start < n:
         end = min(n, start + HOLE_BYTES - (pos + start) % HOLE_BYTES)
         # Dense data almost never starts or ends with a zero byte: no full scan for it.
-        if not (buf[start] or buf[end - 1] or _nonzero(buf[start:end])):
-            _write_all(fout, buf[run:start])
+        if not (buf[start] or buf[end - 1] or nonzero(buf[start:end])):
+            write_all(fout, buf[run:start])
             fout.seek(end - start, os.SEEK_CUR)
             run = end
         start = end
-    _write_all(fout, buf[run:])
-
-
-# copy_file_range calls of at most this many bytes (progress is reported after each).
-COPY_BYTES = 32 << 20
-# Errors that mean "no kernel copy between these two files" (an old kernel, two filesystems it
-# will not copy across, a filesystem without it): copy through user space instead.
-_NO_KERNEL_COPY = {errno.EXDEV, errno.ENOSYS, errno.EOPNOTSUPP, errno.EINVAL, errno.EPERM, errno.EBADF}
-_kernel_copy = hasattr(os, "copy_file_range")
-
-
-def _copy_span(fout, span: FileSpan, progress: Progress | None) -> None:
-    """Copy ``span`` to the current position of ``fout``, seeking over each piece that is a hole
-    or all zeros in the source (pieces cut at the same output offsets as ``_write_sparse``)."""
-    from .safetensors import _in_hole
-
-    with open(span.path, "rb", buffering=0) as src:
-        fd = src.fileno()
-        size = os.fstat(fd).st_size
-        start, end = span.offset, span.offset + span.nbytes
-        if end > size:
-            raise WeightsError(f"{span.path}: tensor {span.name} needs bytes up to {end:,} but the file ends at "
-                               f"{size:,} (truncated? re-fetch the file)")
-        shift = fout.tell() - start  # output offset - source offset
-        run = a = start  # run: the first byte not yet written
-        while a < end:
-            b = min(end, a + HOLE_BYTES - (a + shift) % HOLE_BYTES)
-            if _in_hole(fd, a, b - a, size) or _all_zero(fd, a, b):
-                _copy_range(fout, fd, run, a, span, progress)
-                fout.seek(b - a, os.SEEK_CUR)
-                if progress is not None:
-                    progress(b - a)
-                run = b
-            a = b
-        _copy_range(fout, fd, run, end, span, progress)
-
-
-def _all_zero(fd: int, a: int, b: int) -> bool:
-    # Dense data almost never starts or ends with a zero byte: two 1-byte reads, no scan.
-    if os.pread(fd, 1, a) != b"\0" or os.pread(fd, 1, b - 1) != b"\0":
-        return False
-    return not _nonzero(memoryview(os.pread(fd, b - a, a)))
-
-
-def _nonzero(piece: memoryview) -> bool:
-    """Whether any byte of ``piece`` is nonzero (bytes.count runs in C: no numpy needed)."""
-    return piece.tobytes().count(0) != piece.nbytes
-
-
-def _copy_range(fout, fd: int, a: int, b: int, span: FileSpan, progress: Progress | None) -> None:
-    """Source bytes ``[a, b)`` to ``fout``'s position: in the kernel where it can, else read+write."""
-    global _kernel_copy
-    while a < b:
-        n = min(b - a, COPY_BYTES)
-        got = 0
-        if _kernel_copy:
-            try:
-                got = os.copy_file_range(fd, fout.fileno(), n, a)
-            except OSError as exc:
-                if exc.errno not in _NO_KERNEL_COPY:
-                    raise
-                _kernel_copy = False  # and this range goes the user-space way below
-        if not _kernel_copy:
-            data = os.pread(fd, n, a)
-            _write_all(fout, memoryview(data))
-            got = len(data)
-        if got == 0:
-            raise WeightsError(f"{span.path}: tensor {span.name} ends early at byte {a:,} (the file shrank while "
-                               "it was copied); re-fetch it")
-        a += got
-        if progress is not None:
-            progress(got)
-
-
-def _write_all(fout, buf: memoryview) -> None:
-    while buf.nbytes:  # a raw write may be partial
-        n = fout.write(buf)
-        buf = buf[n:]
+    write_all(fout, buf[run:])
 
 
 def _pad(fout, n: int, align: int) -> None:

@@ -7,7 +7,7 @@ import pytest
 from gguf import GGMLQuantizationType, GGUFWriter
 
 from dflash_gguf.errors import OutputError, WeightsError
-from dflash_gguf.fileio import gguf_writer
+from dflash_gguf.fileio import gguf_writer, span_copy
 from dflash_gguf.fileio.gguf_writer import FileSpan, TensorOut, write_gguf
 from dflash_gguf.fileio.types import kv_str, kv_u32
 from gguf import GGMLQuantizationType as Q
@@ -173,11 +173,20 @@ def span_tensors(tmp_path: Path, arrays: dict[str, np.ndarray]) -> list[TensorOu
     return [TensorOut(n, a.shape, F32, a.nbytes, (lambda s=FileSpan(src, at, a.nbytes, n): s)) for n, a, at in spans]
 
 
-@pytest.mark.parametrize("kernel", [True, False], ids=["copy_file_range", "read-write"])
-def test_file_spans_write_the_same_bytes(tmp_path, monkeypatch, kernel):
+def _unmappable(*args, **kwargs):
+    raise OSError(19, "No such device")  # what mmap says of a file it cannot map
+
+
+@pytest.mark.parametrize("how", ["mmap", "read-write"])
+def test_file_spans_write_the_same_bytes(tmp_path, monkeypatch, how):
+    import mmap
+
     monkeypatch.setattr(gguf_writer, "HOLE_BYTES", 4096)
-    monkeypatch.setattr(gguf_writer, "COPY_BYTES", 10_000)  # many calls per span
-    monkeypatch.setattr(gguf_writer, "_kernel_copy", kernel and hasattr(os, "copy_file_range"))
+    # many windows per span, none page-aligned to the source, several writes per window
+    monkeypatch.setattr(span_copy, "WINDOW_BYTES", 10_000)
+    monkeypatch.setattr(span_copy, "PIECE_BYTES", 3_000)
+    if how == "read-write":
+        monkeypatch.setattr(mmap, "mmap", _unmappable)
     arrays = mixed_tensors()
     ours, seen = tmp_path / "ours.gguf", []
     report = write_gguf(ours, "test", KVS, span_tensors(tmp_path, arrays), progress=seen.append)
@@ -185,18 +194,45 @@ def test_file_spans_write_the_same_bytes(tmp_path, monkeypatch, kernel):
     assert sum(seen) == report.tensor_bytes == sum(a.nbytes for a in arrays.values())
 
 
-def test_no_kernel_copy_falls_back_to_read_write(tmp_path, monkeypatch):
+def test_failed_write_mid_copy_leaves_no_file(tmp_path, monkeypatch):
+    """The write's own error surfaces (not the mapping's clean-up), and no output or temp file
+    is left."""
     import errno
 
-    def refuse(*args, **kwargs):
-        raise OSError(errno.EXDEV, "cross-device")
-    monkeypatch.setattr(os, "copy_file_range", refuse, raising=False)
-    monkeypatch.setattr(gguf_writer, "_kernel_copy", True)
-    arrays = mixed_tensors()
-    ours = tmp_path / "ours.gguf"
-    write_gguf(ours, "test", KVS, span_tensors(tmp_path, arrays))
-    assert ours.read_bytes() == plain_gguf(tmp_path / "plain.gguf", arrays)
-    assert gguf_writer._kernel_copy is False  # asked once, not once per range
+    monkeypatch.setattr(span_copy, "WINDOW_BYTES", 10_000)
+    monkeypatch.setattr(span_copy, "PIECE_BYTES", 3_000)
+    calls = []
+    real = span_copy.write_all
+
+    def full_disk(fout, buf):
+        calls.append(1)
+        if len(calls) == 5:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real(fout, buf)
+    monkeypatch.setattr(span_copy, "write_all", full_disk)
+    tensors = span_tensors(tmp_path, mixed_tensors())
+    before = sorted(p.name for p in tmp_path.iterdir())
+    with pytest.raises(OSError) as info:
+        write_gguf(tmp_path / "o.gguf", "test", KVS, tensors)
+    assert info.value.errno == errno.ENOSPC
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
+
+
+def test_source_shrinking_mid_copy_is_a_weights_error(tmp_path, monkeypatch):
+    """A source truncated while it is copied fails with the one-line error before a mapped page
+    past its end is touched (that would be SIGBUS), and leaves no output."""
+    monkeypatch.setattr(span_copy, "WINDOW_BYTES", 1 << 16)
+    src = tmp_path / "src.bin"
+    n = 1 << 20
+    src.write_bytes(np.arange(n // 4, dtype=np.float32).tobytes())
+
+    def shrink(done):
+        os.truncate(src, n // 2)
+    out = tmp_path / "o.gguf"
+    with pytest.raises(WeightsError, match="src.bin: tensor s ends early .* shrank while it was copied"):
+        write_gguf(out, "test", KVS, [TensorOut("s", (n // 4,), F32, n, lambda: FileSpan(src, 0, n, "s"))],
+                   progress=shrink)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["src.bin"]
 
 
 def test_zero_pieces_and_holes_of_a_span_stay_holes(sparse_fs):

@@ -1,0 +1,162 @@
+"""Stored bytes to the output: a ``FileSpan`` (part of a source file) copied as it is.
+
+A bf16 tensor kept bf16, or a retargeted GGUF's tensors, go out by ``write`` straight from a
+read-only memory map of the source, a window at a time: one copy, page cache to page cache,
+never through a Python object, and memory stays flat. Holes and all-zero pieces of the source
+are seeked over, so they stay holes in the output.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from ..errors import WeightsError
+from .safetensors import _in_hole
+
+Progress = Callable[[int], None]
+
+
+@dataclass(frozen=True)
+class FileSpan:
+    """Bytes ``[offset, offset + nbytes)`` of the file at ``path``, written unchanged: what a
+    producer yields instead of an array when a tensor's encoding is its stored bytes."""
+
+    path: Path
+    offset: int
+    nbytes: int
+    name: str = ""  # the tensor, for messages
+
+
+# Stored bytes are written from a memory map of the source, this many bytes mapped at a time (the
+# peak RSS the copy adds: mapped file pages count), each window written in PIECE_BYTES writes.
+# Why not os.copy_file_range, as cp does: a GGUF's tensor offsets are not page-aligned to the
+# safetensors' (the headers differ), so the kernel's splice copy puts every source page into two
+# output pages, each its own page-cache write: 40 % more CPU than cp. A write() from mapped memory
+# fills each output page once: ~0.65x cp's CPU with the reservation below (0.94 GB, warm cache;
+# docs/performance.md, "convert"). Two threads do not help: ext4 serialises writes to one file.
+# Larger pieces measured slower, smaller ones pay per-call overhead.
+WINDOW_BYTES = 16 << 20
+PIECE_BYTES = 1 << 20
+
+
+def copy_span(fout, span: FileSpan, hole_bytes: int, progress: Progress | None) -> None:
+    """Copy ``span`` to the current position of ``fout``, seeking over each piece that is a hole
+    or all zeros in the source: pieces cut at output offsets that are multiples of ``hole_bytes``,
+    as the writer cuts the arrays it writes (gguf_writer.HOLE_BYTES)."""
+    with open(span.path, "rb", buffering=0) as src:
+        fd = src.fileno()
+        size = os.fstat(fd).st_size
+        start, end = span.offset, span.offset + span.nbytes
+        if end > size:
+            raise WeightsError(f"{span.path}: tensor {span.name} needs bytes up to {end:,} but the file ends at "
+                               f"{size:,} (truncated? re-fetch the file)")
+        shift = fout.tell() - start  # output offset - source offset
+        run = a = start  # run: the first byte not yet written
+        while a < end:
+            b = min(end, a + hole_bytes - (a + shift) % hole_bytes)
+            if _in_hole(fd, a, b - a, size) or _all_zero(fd, a, b):
+                _copy_range(fout, fd, run, a, span, progress)
+                fout.seek(b - a, os.SEEK_CUR)
+                if progress is not None:
+                    progress(b - a)
+                run = b
+            a = b
+        _copy_range(fout, fd, run, end, span, progress)
+
+
+def _all_zero(fd: int, a: int, b: int) -> bool:
+    # Dense data almost never starts or ends with a zero byte: two 1-byte reads, no scan.
+    if os.pread(fd, 1, a) != b"\0" or os.pread(fd, 1, b - 1) != b"\0":
+        return False
+    return not nonzero(memoryview(os.pread(fd, b - a, a)))
+
+
+def nonzero(piece: memoryview) -> bool:
+    """Whether any byte of ``piece`` is nonzero (bytes.count runs in C: no numpy needed)."""
+    return piece.tobytes().count(0) != piece.nbytes
+
+
+def _copy_range(fout, fd: int, a: int, b: int, span: FileSpan, progress: Progress | None) -> None:
+    """Source bytes ``[a, b)`` to ``fout``'s position: written from a memory map of the source,
+    or read and written where the file cannot be mapped."""
+    if a >= b:
+        return
+    _reserve(fout.fileno(), fout.tell(), b - a)
+    import mmap
+
+    while a < b:
+        # Re-checked per window: a file that shrank would fault (SIGBUS) in the mapped pages.
+        if os.fstat(fd).st_size < b:
+            raise _shrank(span, a)
+        base = a - a % mmap.ALLOCATIONGRANULARITY
+        stop = min(b, a + WINDOW_BYTES)
+        try:
+            # MAP_POPULATE maps the whole window in one call instead of a page fault per page.
+            m = mmap.mmap(fd, stop - base, flags=mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0),
+                          prot=mmap.PROT_READ, offset=base)
+        except (OSError, ValueError):  # a file that cannot be mapped (special file, odd filesystem)
+            _read_write(fout, fd, a, b, span, progress)
+            return
+        view = memoryview(m)
+        try:
+            for p in range(a - base, stop - base, PIECE_BYTES):
+                write_all(fout, view[p:min(stop - base, p + PIECE_BYTES)])
+        finally:
+            view.release()
+            try:
+                m.close()
+            except BufferError:  # a failed write's traceback still holds a slice: unmapped when freed
+                pass
+        if progress is not None:
+            progress(stop - a)
+        a = stop
+
+
+def _read_write(fout, fd: int, a: int, b: int, span: FileSpan, progress: Progress | None) -> None:
+    while a < b:
+        data = os.pread(fd, min(b - a, PIECE_BYTES), a)
+        if not data:  # the size was checked: only a file shrinking under us gets here
+            raise _shrank(span, a)
+        write_all(fout, memoryview(data))
+        a += len(data)
+        if progress is not None:
+            progress(len(data))
+
+
+def _shrank(span: FileSpan, at: int) -> WeightsError:
+    return WeightsError(f"{span.path}: tensor {span.name} ends early at byte {at:,} (the file shrank while it "
+                        "was copied); re-fetch it")
+
+
+_fallocate = None  # libc's fallocate(2), looked up once; False where there is none
+
+
+def _reserve(fd: int, offset: int, n: int) -> None:
+    """Allocate the output's blocks for ``n`` bytes at ``offset`` before writing them: one call
+    instead of a delayed-allocation reservation per page (ext4: ~25 % of the copy's CPU).
+    Best effort: any failure (a filesystem without it, or ENOSPC, which the writes then report
+    as usual) is ignored. Not ``os.posix_fallocate``: glibc emulates it by writing a byte per
+    block where the filesystem has no fallocate. Only ranges about to be written: holes stay holes."""
+    global _fallocate
+    if n < PIECE_BYTES or _fallocate is False:
+        return
+    if _fallocate is None:
+        try:
+            import ctypes
+
+            f = ctypes.CDLL(None, use_errno=True).fallocate
+            f.argtypes = (ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64)
+            f.restype = ctypes.c_int
+            _fallocate = f
+        except (OSError, AttributeError, ImportError):  # not Linux
+            _fallocate = False
+            return
+    _fallocate(fd, 0, offset, n)
+
+
+def write_all(fout, buf: memoryview) -> None:
+    while buf.nbytes:  # a raw write may be partial
+        n = fout.write(buf)
+        buf = buf[n:]
