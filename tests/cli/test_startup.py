@@ -1,6 +1,6 @@
 """The header-only commands import only what they need: no numpy, gguf-py, torch, numba,
 transformers, safetensors or yaml (those are ~0.5 s of the old start-up; bench/bench_checks.py
-times it). Each command runs in a fresh interpreter, as a shell would run it. This asserts what
+times it), nor pydantic (typer 0.29 validates every parameter with it: pyproject pins below). Each command runs in a fresh interpreter, as a shell would run it. This asserts what
 is imported, never how long it takes."""
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ import pytest
 
 from tests.conftest import FIXTURES, ROOT
 
-HEAVY = {"numpy", "gguf", "torch", "numba", "transformers", "safetensors", "yaml", "tokenizers", "sentencepiece"}
+HEAVY = {"numpy", "gguf", "torch", "numba", "transformers", "safetensors", "yaml", "tokenizers", "sentencepiece",
+         "pydantic"}
 DRAFTER = FIXTURES / "guards" / "qwen3-8b-dflash.gguf"
 TARGET = FIXTURES / "guards" / "qwen3-8b.gguf"
 SHARD = FIXTURES / "guards" / "qwen3-8b-sharded-00001-of-00002.gguf"
