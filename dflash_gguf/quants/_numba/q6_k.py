@@ -1,6 +1,5 @@
 """make_qx_quants and quantize_row_q6_K_ref, compiled (the numpy mirror is quants/q6_k.py).
-Sub-blocks are fitted in lockstep, see common.LANES
-(64 here, see _LANES)."""
+Sub-blocks are fitted in lockstep, see common.LANES (64 of them here, see _LANES)."""
 from __future__ import annotations
 
 import numpy as np
@@ -28,8 +27,8 @@ _GROUP_MAX_EPS = F32(1e-15)
 _N = 16
 _NV = 9
 # Twice common.LANES: this fit's trials are short (16 values), and 64 lanes (four super-blocks)
-# give the out-of-order core enough independent sums to overlap (measured 1.17x over 32).
-_LANES = 128
+# give the out-of-order core enough independent sums to overlap (1.17x over 32; 128: no better).
+_LANES = 64
 (_X, _WW, _WX, _V), _SIZE = lane_layout(_N, _N, _N, _NV, lanes=_LANES)
 _SCALE, _L_ISCALE, _ZERO, _MX, _AMAX, _ISCALE, _SUMLX, _SUML2, _BEST = [_V + r * _LANES for r in range(_NV)]
 
