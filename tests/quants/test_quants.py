@@ -265,6 +265,36 @@ def test_numba_fp16_conversion_matches_numpy():
 
 
 @pytest.mark.skipif(not _numba.AVAILABLE, reason="numba is not installed")
+def test_round_clamp_is_nearest_int_clamped():
+    # The hot loops' levels (np.rint + two clamps) against ggml's nearest_int clamped, bit for
+    # bit, wherever callers use it (|v| <= NEAREST_INT_LIMIT): every half-integer tie (to
+    # even), its float32 neighbours, the range's ends, and -0.5 < v < 0, where rint gives -0
+    # and the magic sum +0 (the same level once clamped at 0, and harmless below, see common).
+    import numba
+
+    from dflash_gguf.quants._numba import common
+
+    @numba.njit(**{**common.JIT_OPTIONS, "cache": False})
+    def both(v, lo, hi, got, want):
+        for i in range(v.size):
+            got[i] = common.round_clamp(v[i], lo, hi)
+            want[i] = np.float32(max(lo, min(hi, np.float32(common.nearest_int(v[i])))))
+
+    lim = float(common.NEAREST_INT_LIMIT)
+    ties = np.arange(-40.5, 41, 1.0, dtype=np.float32)
+    v = np.concatenate([ties, np.nextafter(ties, np.float32(np.inf)), np.nextafter(ties, np.float32(-np.inf)),
+                        np.float32([0.0, -0.0, -0.3, -1e-30, 1e-45, lim, -lim, 4194302.5, -4194302.5]),
+                        np.random.default_rng(5).uniform(-70, 70, 20000).astype(np.float32)])
+    for lo, hi in ((0, 15), (0, 31), (-32, 31), (-128, 127)):
+        got, want = np.empty_like(v), np.empty_like(v)
+        both(v, np.float32(lo), np.float32(hi), got, want)
+        if lo == 0:  # the Q4_K/Q5_K levels are stored and reused: the same bits, sign of zero included
+            assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
+        else:
+            assert np.array_equal(got, want)
+
+
+@pytest.mark.skipif(not _numba.AVAILABLE, reason="numba is not installed")
 def test_numba_bf16_decode_every_pattern():
     # quants/gguf_file.py's BF16 input path: every one of the 2^16 patterns becomes the top half
     # of its float32, and the first inf/NaN (exponent all ones) is found wherever it is.

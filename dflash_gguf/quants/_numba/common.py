@@ -83,10 +83,16 @@ def round_clamp(v, lo, hi):
 
     The hot loops' levels: the int64 route (nearest_int, then an int64 -> float conversion AVX2
     has no vector instruction for) kept LLVM from vectorising the lanes. Callers check the
-    range of v first (per trial, from each lane's extremes) and take nearest_int otherwise."""
-    r = (v + _MAGIC) - _MAGIC
+    range of v first (per trial, from each lane's extremes) and take nearest_int otherwise.
+
+    np.rint is one vroundps (round half to even, as the magic-number sum C uses, which was two
+    adds); each clamp is one vminps/vmaxps. Against the magic sum: rint(-0.3) is -0, not +0
+    (turned into lo's +0 when lo = 0; with lo < 0 a -0 level only ever multiplies into sums
+    that start at +0, where +-0 terms change nothing), and a NaN v (lanes the callers ignore)
+    gives lo."""
+    r = np.rint(v)
     r = hi if r > hi else r
-    return lo if r < lo else r
+    return r if r > lo else lo
 
 
 @jit
@@ -173,12 +179,12 @@ def to_lanes(blocks, b0, nsub, x):
 _SKEW = 16
 
 
-def lane_layout(*region_rows: int) -> tuple[list[int], int]:
-    """Offsets of regions of ``rows`` x LANES floats in one buffer, skewed, and the buffer size."""
+def lane_layout(*region_rows: int, lanes: int = LANES) -> tuple[list[int], int]:
+    """Offsets of regions of ``rows`` x ``lanes`` floats in one buffer, skewed, and the buffer size."""
     offsets, at = [], 0
     for rows in region_rows:
         offsets.append(at)
-        at += rows * LANES + _SKEW
+        at += rows * lanes + _SKEW
     return offsets, at
 
 

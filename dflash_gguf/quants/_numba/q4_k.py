@@ -38,14 +38,16 @@ _NV = 19
 def _fast_levels(b):
     """Whether every live lane's iscale*(x[i] - min) is within NEAREST_INT_LIMIT, so that
     round_clamp gives nearest_int's levels: the product is monotonic in x, so each lane's
-    smallest and largest x decide (lanes that returned early, max == min, are never accepted)."""
+    smallest and largest x decide (lanes that returned early, max == min, are never accepted).
+    Counted without an early exit, so that the lanes are checked as vectors (every trial)."""
+    slow = 0
     for s in range(LANES):
         isc = b[_ISCALE + s]
         lo = abs(isc * (b[_XLO + s] - b[_MN + s]))
         hi = abs(isc * (b[_MX + s] - b[_MN + s]))
-        if b[_FLAT + s] == 0 and not (lo <= NEAREST_INT_LIMIT and hi <= NEAREST_INT_LIMIT):
-            return False
-    return True
+        ok = (lo <= NEAREST_INT_LIMIT) & (hi <= NEAREST_INT_LIMIT)
+        slow += 0 if (b[_FLAT + s] != 0) | ok else 1
+    return slow == 0
 
 
 @jit
@@ -173,13 +175,14 @@ def _qkx2_lanes(b, nmax, rmin, rdelta, nstep):
                 b[_CUR + s] = c + b[_W + o + 3 * L] * (d3 * d3)
         for s in range(L):
             # `if (D > 0) { ... if (cur_error < best_error) {...} }`; lanes that returned
-            # early (max == min) ran on inf/NaN and are never accepted
-            if b[_T_D + s] > 0 and b[_CUR + s] < b[_BEST + s] and b[_FLAT + s] == 0:
-                b[_BEST + s] = b[_CUR + s]
-                b[_SCALE + s] = b[_T_SCALE + s]
-                b[_L_ISCALE + s] = b[_ISCALE + s]
-                b[_L_MIN + s] = b[_MN + s]
-                b[_MN + s] = b[_T_MIN + s]
+            # early (max == min) ran on inf/NaN and are never accepted. Selects, not a branch
+            # around the stores: the lanes are then updated as vectors.
+            acc = (b[_T_D + s] > 0) & (b[_CUR + s] < b[_BEST + s]) & (b[_FLAT + s] == 0)
+            b[_BEST + s] = b[_CUR + s] if acc else b[_BEST + s]
+            b[_SCALE + s] = b[_T_SCALE + s] if acc else b[_SCALE + s]
+            b[_L_ISCALE + s] = b[_ISCALE + s] if acc else b[_L_ISCALE + s]
+            b[_L_MIN + s] = b[_MN + s] if acc else b[_L_MIN + s]
+            b[_MN + s] = b[_T_MIN + s] if acc else b[_MN + s]
     for s in range(L):
         if b[_FLAT + s] != 0:
             b[_SCALE + s] = ZERO
@@ -187,15 +190,22 @@ def _qkx2_lanes(b, nmax, rmin, rdelta, nstep):
 
 
 @jit
-def _k4_weights(x, w):
-    # sum_x2 += x*x (from 0); av_x = sqrtf(sum_x2/32); weights[l] = av_x + fabsf(x[l])
-    for s in range(x.shape[1]):
-        sum_x2 = ZERO
-        for i in range(32):
-            sum_x2 += x[i, s] * x[i, s]
-        av_x = np.sqrt(sum_x2 / _F32_32)
-        for i in range(32):
-            w[i, s] = av_x + abs(x[i, s])
+def _k4_weights(x, w, acc):
+    """weights[l] = av_x + fabsf(x[l]), av_x = sqrtf(sum_x2/32), sum_x2 += x*x from 0, for
+    the lanes of x (32, lanes) into w; ``acc`` (lanes,) is scratch. Positions outer, lanes
+    inner (each lane's sum in C's order), so the lanes run as vectors: lane by lane this was
+    1/8 of the kernel."""
+    S = x.shape[1]
+    for s in range(S):
+        acc[s] = ZERO
+    for i in range(32):
+        for s in range(S):
+            acc[s] += x[i, s] * x[i, s]
+    for s in range(S):
+        acc[s] = np.sqrt(acc[s] / _F32_32)
+    for i in range(32):
+        for s in range(S):
+            w[i, s] = acc[s] + abs(x[i, s])
 
 
 @jit
@@ -256,11 +266,12 @@ def _k4(blocks, nmax, rmin, rdelta, nstep, type_size):
     x = buf[_X:_X + _N * LANES].reshape((_N, LANES))
     w = buf[_W:_W + _N * LANES].reshape((_N, LANES))
     v = buf[_V:_V + _NV * LANES].reshape((_NV, LANES))
+    acc = np.empty(LANES, np.float32)
     L = np.empty(256, np.int64)
     per = LANES // 8
     for b0 in range(0, nb, per):
         to_lanes(blocks, b0, 32, x)
-        _k4_weights(x, w)
+        _k4_weights(x, w, acc)
         _qkx2_lanes(buf, nmax, rmin, rdelta, nstep)
         for b in range(min(per, nb - b0)):
             y = out[b0 + b]

@@ -1,5 +1,5 @@
 """make_qx_quants and quantize_row_q6_K_ref, compiled (the numpy mirror is quants/q6_k.py).
-Sub-blocks are fitted in lockstep, see common.LANES."""
+Sub-blocks are fitted in lockstep, see common.LANES (64 of them here, see _LANES)."""
 from __future__ import annotations
 
 import numpy as np
@@ -7,7 +7,6 @@ import numpy as np
 from .common import (
     F32,
     F32_01,
-    LANES,
     ONE,
     ZERO,
     fp16_to_fp32,
@@ -24,16 +23,19 @@ _F32_M128 = F32(-128.0)
 _GROUP_MAX_EPS = F32(1e-15)
 
 # The fit's buffer (common.lane_layout): x, its weights w = x*x and w*x (the same in every
-# trial, so computed once), position-major (16 x LANES), and 9 rows of one value per lane.
+# trial, so computed once), position-major (16 x _LANES), and 9 rows of one value per lane.
 _N = 16
 _NV = 9
-(_X, _WW, _WX, _V), _SIZE = lane_layout(_N, _N, _N, _NV)
-_SCALE, _L_ISCALE, _ZERO, _MX, _AMAX, _ISCALE, _SUMLX, _SUML2, _BEST = [_V + r * LANES for r in range(_NV)]
+# Twice common.LANES: this fit's trials are short (16 values), and 64 lanes (four super-blocks)
+# give the out-of-order core enough independent sums to overlap (1.17x over 32; 128: no better).
+_LANES = 64
+(_X, _WW, _WX, _V), _SIZE = lane_layout(_N, _N, _N, _NV, lanes=_LANES)
+_SCALE, _L_ISCALE, _ZERO, _MX, _AMAX, _ISCALE, _SUMLX, _SUML2, _BEST = [_V + r * _LANES for r in range(_NV)]
 
 
 @jit
 def _qx_lanes(b, nmax):
-    """make_qx_quants(n, nmax, x, L, rmse_type=1, qw=NULL) for the LANES sub-blocks in the
+    """make_qx_quants(n, nmax, x, L, rmse_type=1, qw=NULL) for the _LANES sub-blocks in the
     buffer's x region, in lockstep as q4_k._qkx2_lanes.
 
     Out in the value rows: _SCALE the scale, _L_ISCALE the iscale of the accepted trial
@@ -45,7 +47,7 @@ def _qx_lanes(b, nmax):
     2^-24)^2 < 33 in every live lane; the lanes C returns early from may compute NaN here but
     are never accepted, and their scale is set to 0 at the end.
     """
-    L = LANES
+    L = _LANES
     lo = F32(-nmax)
     hi = F32(nmax - 1)
     for s in range(L):
@@ -120,11 +122,11 @@ def q6_k(blocks):
     nb = blocks.shape[0]
     out = np.empty((nb, 210), np.uint8)
     buf = lane_buffer(_SIZE)
-    x = buf[_X:_X + _N * LANES].reshape((_N, LANES))
-    v = buf[_V:_V + _NV * LANES].reshape((_NV, LANES))
+    x = buf[_X:_X + _N * _LANES].reshape((_N, _LANES))
+    v = buf[_V:_V + _NV * _LANES].reshape((_NV, _LANES))
     L = np.empty(256, np.int64)
     sc = np.empty(16, np.int64)
-    per = LANES // 16
+    per = _LANES // 16
     for b0 in range(0, nb, per):
         to_lanes(blocks, b0, 16, x)
         _qx_lanes(buf, 32)
