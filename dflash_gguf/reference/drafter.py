@@ -306,7 +306,8 @@ class DFlashDrafter(nn.Module):
             head_weight = self.lm_head.weight
         logits = F.linear(hidden, head_weight)
         mult = self.cfg.output_multiplier
-        logits = logits * (1.0 if mult is None else float(mult))
+        if mult is not None and float(mult) != 1.0:  # z-lab multiplies by 1.0 too: x·1.0 is x, bit for bit
+            logits = logits * float(mult)
         cap = self.cfg.final_logit_softcapping
         if cap is not None and cap > 0:
             logits = torch.tanh(logits / cap) * cap
