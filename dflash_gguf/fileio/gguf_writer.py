@@ -16,7 +16,7 @@ seconds into a file that takes almost no disk blocks.
 
 Bytes that go out unchanged (a bf16 tensor kept bf16; a retargeted GGUF's tensors) come as a
 ``FileSpan`` and go out by ``write`` straight from a read-only memory map of the source, a window
-at a time (see ``_copy_range``): one copy, page cache to page cache, never through a Python
+at a time (``span_copy``): one copy, page cache to page cache, never through a Python
 object, and memory stays flat. Holes and zero pieces of a span are skipped the same way.
 """
 from __future__ import annotations
