@@ -32,6 +32,7 @@ def parity_cmd(
     runs: Annotated[int, typer.Option("--runs", help="Repeat each run N times (seed, seed+1, …): mean ± sd.")] = 1,
     device: Annotated[str, typer.Option("--device", help="auto | cpu | cuda")] = "auto",
     dtype: Annotated[str, typer.Option("--dtype", help="float32 | bfloat16")] = "float32",
+    jobs: Annotated[int, typer.Option("--jobs", help="CPU: prompts run at once, one torch thread each (0 = one per core); a GPU runs them in turn.")] = 0,
     target_backend: Annotated[str, typer.Option("--target-backend", help="native (Qwen3/Llama, built in) | transformers (any HF causal LM, needs transformers).")] = "native",
     target_quant: Annotated[Optional[str], typer.Option("--target-quant", help="q8_0 | q4_k_m: round-trip the target's weights through our quantizers.")] = None,
     emulate: Annotated[Optional[str], typer.Option("--emulate", help="Also run the reference drafter with a runtime's semantics: llama.cpp.")] = None,
@@ -65,7 +66,7 @@ def parity_cmd(
     opts = ParityOptions(max_new_tokens=max_new_tokens, block_size=block_size, temperature=temperature, top_p=top_p,
                          top_k=top_k, seed=seed, runs=runs, device=device, dtype=dtype,
                          target_quant=None if target_quant is None else target_quant.lower(), emulate=emulate,
-                         draft_context=draft_context, target_backend=target_backend)
+                         draft_context=draft_context, target_backend=target_backend, jobs=jobs)
     report = run_parity(target, drafter, prompts, drafter_ggufs=drafter_gguf or [], options=opts, dump=dump,
                         against=against)
     doc = report.to_json()

@@ -20,3 +20,4 @@ class ParityOptions:
     draft_context: int | None = None  # the emulated run's draft-context cap; None: the runtime's (llama.cpp: 512)
     stop_ids: tuple[int, ...] | None = None  # None: the target's eos ids
     target_backend: str = "native"  # "native" (our Qwen3/Llama) | "transformers" (any HF causal LM)
+    jobs: int = 0  # prompts run at once on CPU, one torch thread each (reference/pool.py); 0 = one per core

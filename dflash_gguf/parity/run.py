@@ -38,11 +38,14 @@ def run_parity(
         UsageError / ConfigError / WeightsError / GGUFFormatError: bad inputs (one line each).
     """
     from .. import reference as ref
+    from ..reference.pool import map_prompts, prompt_jobs
 
     if not prompts or any(len(p) == 0 for p in prompts):
         raise UsageError("no prompt tokens: pass --prompt-ids, --prompt or --prompts-file")
     if options.runs < 1:
         raise UsageError("--runs must be at least 1")
+    if options.jobs < 0:
+        raise UsageError(f"--jobs {options.jobs}: give 0 (one prompt per core) or a positive count")
     tmodel = load_target(target, options)
     ref_drafter = ref.load_drafter(drafter, dtype=options.dtype, device=options.device)
     cfg = ref_drafter.cfg
@@ -55,9 +58,8 @@ def run_parity(
     others = _load_gguf_drafters(drafter_ggufs, cfg, options)
     emulated = load_emulated(cfg, options) if options.emulate else None
 
-    reports = []
-    dump_index: list[dict[str, Any]] = []
-    for pi, prompt in enumerate(prompts):
+    def one_prompt(item: tuple[int, Sequence[int]]) -> tuple[PromptReport, dict[str, Any] | None]:
+        pi, prompt = item
         greedy_ids = None
         if options.temperature == 0:
             greedy_ids = ref.greedy_decode(tmodel, prompt, options.max_new_tokens, stops)
@@ -78,9 +80,14 @@ def run_parity(
             emu = summarize(emulated.label, None, runs, greedy_ids, _n_draft(emulated.drafter, options))
             emu.notes = emulated.notes(len(prompt), options.max_new_tokens)
             emu.delta_vs_reference = delta(reference, emu)
-        if dump is not None:
-            dump_index.append(dump_prompt(Path(dump), pi, ref_runs[0]))
-        reports.append(PromptReport(list(prompt), reference, drafters, emu, greedy_ids))
+        entry = dump_prompt(Path(dump), pi, ref_runs[0]) if dump is not None else None
+        return PromptReport(list(prompt), reference, drafters, emu, greedy_ids), entry
+
+    device = ref_drafter.fc.weight.device
+    jobs = prompt_jobs(options.jobs, device, len(prompts))
+    done = map_prompts(one_prompt, list(enumerate(prompts)), jobs)
+    reports = [r for r, _ in done]
+    dump_index = [e for _, e in done if e is not None]
 
     settings = {k: v for k, v in dataclasses.asdict(options).items()}
     settings["block_size"] = options.block_size or cfg.block_size
@@ -90,8 +97,8 @@ def run_parity(
     settings["stop_ids"] = list(stops)
     # the cap only applies to the emulated run: report the value it ran with
     settings["draft_context"] = emulated.cap if emulated is not None else None
-    device = str(ref_drafter.fc.weight.device)
-    report = ParityReport(settings=settings, prompts=reports, device=device)
+    settings["jobs"] = jobs  # prompts run at once (0 asked for one per core)
+    report = ParityReport(settings=settings, prompts=reports, device=str(device))
     if dump is not None:
         write_index(Path(dump), prompts, settings, dump_index)
         report.dump = str(dump)

@@ -115,3 +115,38 @@ def test_dspark_and_mimo_drafters_run_through_parity(tmp_path, kind):
     else:
         assert rep["settings"]["attention_rules"] == "vLLM qwen3_dflash"
         assert len(steps[0]["draft"]) == 3 and "confidence" not in steps[0]
+
+
+def _without_timings(doc):
+    """The report minus what depends on the clock (tokens/s) and on --jobs itself."""
+    if isinstance(doc, dict):
+        return {k: _without_timings(v) for k, v in doc.items() if not k.startswith("tokens_per_s") and k != "jobs"}
+    if isinstance(doc, list):
+        return [_without_timings(v) for v in doc]
+    return doc
+
+
+def test_prompts_on_several_threads_report_what_one_at_a_time_does(cli, tmp_path):
+    lines = ['{"prompt_ids": [1, 5, 9, 33, 71, 100, 7, 250]}', '{"prompt_ids": [3, 3, 8]}',
+             '{"prompt_ids": [200, 11, 17, 4, 90]}']
+    (tmp_path / "p.jsonl").write_text("\n".join(lines) + "\n")
+    from dflash_gguf.reference.pool import torch_threads
+
+    g = gguf_of(cli, tmp_path)
+    reps = {}
+    for jobs in ("1", "3"):
+        rep = tmp_path / f"r{jobs}.json"
+        with torch_threads(1):  # --jobs 1 keeps torch's thread count; the jobs run at one each
+            code, so, se = cli("parity", "--target", QWEN, "--drafter", DRAFTERS / "qwen3-flat", "--prompts-file",
+                               tmp_path / "p.jsonl", "--drafter-gguf", g, "--max-new-tokens", 16, "--device", "cpu",
+                               "--temperature", "0.7", "--seed", "4", "--jobs", jobs, "--json", rep)
+        assert code == 0, se
+        reps[jobs] = json.loads(rep.read_text())
+    assert reps["1"]["settings"]["jobs"] == 1 and reps["3"]["settings"]["jobs"] == 3
+    assert [p["prompt_ids"] for p in reps["3"]["prompts"]] == [json.loads(x)["prompt_ids"] for x in lines]
+    assert _without_timings(reps["3"]) == _without_timings(reps["1"])
+
+
+def test_negative_jobs_is_a_usage_error(cli, tmp_path):
+    code, rep, so, se = parity(cli, tmp_path, "--jobs", "-1")
+    assert code == 2 and "--jobs -1" in se and "Traceback" not in se
