@@ -1,10 +1,10 @@
 """Command-line entry point: parse, call one library function, render.
 
-Every command module registers itself on ``app`` at import, so every one is imported at
-start-up: each imports its library code (and rich's tables, progress bars) inside the command
-function, and the header-only commands (check, check-instruct, inspect, version, --help) never
-import numpy, gguf-py, safetensors or torch (tests/cli/test_startup.py; bench/bench_checks.py
-times them). ``main`` maps library errors to one line on stderr and the class's exit code
+Every command module registers itself on ``app`` at import; ``main`` imports only the one the
+command line names (``COMMANDS``). Each imports its library code (and rich's tables, progress
+bars) inside the command function, and the header-only commands (check, check-instruct,
+inspect, version, --help) never import numpy, gguf-py, safetensors or torch
+(tests/cli/test_startup.py; bench/bench_checks.py times them). ``main`` maps library errors to one line on stderr and the class's exit code
 (docs/exit-codes.md); set DFLASH_DEBUG=1 to see the traceback instead.
 """
 from __future__ import annotations
@@ -19,20 +19,35 @@ from ..errors import DflashError, Interrupted
 from ._app import app
 from ._common import err, error_line
 
-# Command groups, one module each. A module that does not exist yet is simply absent.
-_COMMAND_MODULES = ("convert", "inspect", "quantize", "checks", "compare", "parity", "bench")
-for _name in _COMMAND_MODULES:
-    try:
-        importlib.import_module(f"{__name__}.{_name}")
-    except ModuleNotFoundError as exc:  # only tolerate the module itself being missing
-        if exc.name != f"{__name__}.{_name}":
-            raise
+# Command groups, one module each, and the commands each registers. Only the invoked command's
+# module is imported: typer builds a click command, evaluating every annotation, for each
+# registered command on every run (~35 ms for all of them). --help, an unknown command or no
+# command imports them all. tests/cli/test_app.py checks this table against the registrations.
+COMMANDS = {
+    "convert": ("convert", "retarget"),
+    "inspect": ("inspect",),
+    "quantize": ("quantize",),
+    "checks": ("check-instruct", "check"),
+    "compare": ("compare-weights",),
+    "parity": ("parity",),
+    "bench": ("bench",),
+}
+_MODULE_OF = {cmd: mod for mod, cmds in COMMANDS.items() for cmd in cmds}
+
+
+def _register(args: list[str]) -> None:
+    """Import the command module(s) the arguments need (see COMMANDS)."""
+    first = next((a for a in args if not a.startswith("-")), None)
+    wanted = [_MODULE_OF[first]] if first in _MODULE_OF else [] if first == "version" else list(COMMANDS)
+    for name in wanted:
+        importlib.import_module(f"{__name__}.{name}")
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; returns (and, as a console script, exits with) the exit code."""
     args = sys.argv[1:] if argv is None else list(argv)
     debug = os.environ.get("DFLASH_DEBUG") == "1"
+    _register(args)
     try:
         result = app(args=args, prog_name="dflash-gguf", standalone_mode=False)
         code = result if isinstance(result, int) else 0
