@@ -151,13 +151,64 @@ def fp16_convert(a):
 LANES = 32
 
 
+_V8F = _llvm_ir.VectorType(_llvm_ir.FloatType(), 8)
+_V8I = _llvm_ir.VectorType(_llvm_ir.IntType(32), 8)
+# An 8x8 transpose as AVX's three shuffle stages (unpcklps/unpckhps, shufps, vperm2f128),
+# each as an LLVM shufflevector mask over the concatenation of its two operands.
+_UNPACK = ([0, 8, 1, 9, 4, 12, 5, 13], [2, 10, 3, 11, 6, 14, 7, 15])
+_PAIRS = ([0, 1, 8, 9, 4, 5, 12, 13], [2, 3, 10, 11, 6, 7, 14, 15])
+_HALVES = ([0, 1, 2, 3, 8, 9, 10, 11], [4, 5, 6, 7, 12, 13, 14, 15])
+
+
+@_intrinsic
+def transpose8(typingctx, src, src_off, src_stride, dst, dst_off, dst_stride):
+    """dst.flat[dst_off + c*dst_stride + a] = src.flat[src_off + a*src_stride + c] for a, c < 8:
+    an 8x8 tile of C-contiguous float32 arrays moved through registers (bounds unchecked).
+
+    to_lanes' transpose element by element was a load and a store per float (1/10 of the
+    Q4_K kernel); LLVM does not find the shuffle network by itself."""
+    for a in (src, dst):
+        if not (isinstance(a, _nb_types.Array) and a.dtype == _nb_types.float32 and a.layout == "C"):
+            return None
+    if not all(isinstance(i, _nb_types.Integer) for i in (src_off, src_stride, dst_off, dst_stride)):
+        return None
+
+    def codegen(context, builder, sig, args):
+        def ptr(k, n):  # &array k .flat[off + n*stride], k = 0 (src) or 3 (dst)
+            data = context.make_array(sig.args[k])(context, builder, args[k]).data
+            off, stride = (context.cast(builder, args[i], sig.args[i], _nb_types.intp) for i in (k + 1, k + 2))
+            at = builder.add(off, builder.mul(stride, context.get_constant(_nb_types.intp, n)))
+            return builder.bitcast(builder.gep(data, [at]), _V8F.as_pointer())
+
+        def shuf(a, b, mask):
+            return builder.shuffle_vector(a, b, _llvm_ir.Constant(_V8I, mask))
+
+        r = [builder.load(ptr(0, a), align=4) for a in range(8)]
+        t = [shuf(r[k], r[k + 1], m) for k in range(0, 8, 2) for m in _UNPACK]
+        u = [shuf(t[k + h], t[k + h + 2], m) for k in (0, 4) for h in (0, 1) for m in _PAIRS]
+        for c in range(8):
+            col = shuf(u[c % 4], u[c % 4 + 4], _HALVES[c // 4])
+            builder.store(col, ptr(3, c), align=4)
+        return context.get_dummy_value()
+
+    return _nb_types.void(src, src_off, src_stride, dst, dst_off, dst_stride), codegen
+
+
 @jit
 def to_lanes(blocks, b0, nsub, x):
     """Sub-blocks of nsub values of blocks[b0:] into the columns of x (nsub, lanes),
     position-major; lanes past the last block are zero (flat, ignored)."""
     per = blocks.shape[1] // nsub
     nb = blocks.shape[0]
-    for s in range(x.shape[1]):
+    lanes = x.shape[1]
+    if b0 + lanes // per <= nb and nsub % 8 == 0 and lanes % 8 == 0:
+        # Whole group: lane s is the nsub floats at blocks.flat[b0*bs + nsub*s:], in 8x8 tiles
+        at = b0 * blocks.shape[1]
+        for s0 in range(0, lanes, 8):
+            for i0 in range(0, nsub, 8):
+                transpose8(blocks, at + nsub * s0 + i0, nsub, x, i0 * lanes + s0, lanes)
+        return
+    for s in range(lanes):
         b = b0 + s // per
         j = s % per
         if b < nb:

@@ -26,12 +26,14 @@ _F32_63 = F32(63.0)
 
 # The fit's buffer (common.lane_layout): x and the weights w, position-major (32 x LANES),
 # the trial's levels Laux, and 19 rows of one value per lane. Rows 0-4 are what the
-# super-block needs (see _qkx2_lanes), the rest the fit's own state.
+# super-block needs (see _qkx2_lanes), and _MX, _XLO (each lane's largest and smallest x,
+# which bound its requantized levels), the rest the fit's own state.
 _N = 32
 _NV = 19
 (_X, _W, _LV, _V), _SIZE = lane_layout(_N, _N, _N, _NV)
 (_SCALE, _THE_MIN, _L_ISCALE, _L_MIN, _FLAT, _MN, _MX, _SUM_W, _SUM_X, _ISCALE, _BEST, _SUM_L, _SUM_L2, _SUM_XL,
  _T_SCALE, _T_MIN, _T_D, _CUR, _XLO) = [_V + r * LANES for r in range(_NV)]
+_MX_ROW, _XLO_ROW = (_MX - _V) // LANES, (_XLO - _V) // LANES
 
 
 @jit
@@ -212,7 +214,7 @@ def _k4_weights(x, w, acc):
 def _k4_superblock(xb, v, s0, nmax, y, L):
     """The rest of quantize_row_q{4,5}_K_ref for one super-block ``xb`` (256,) whose
     eight sub-blocks were fitted in lanes s0..s0+7 of ``v``: d, dmin and the 12 scale bytes
-    into y[0:16], the requantized levels into L (256,)."""
+    into y[0:16], the requantized levels into L (256,) int32."""
     max_scale = ZERO
     max_min = ZERO
     for j in range(8):
@@ -229,6 +231,7 @@ def _k4_superblock(xb, v, s0, nmax, y, L):
     y[2] = dmin16 & 0xFF
     y[3] = dmin16 >> 8
     d_read = fp16_to_fp32(d16)  # GGML_FP16_TO_FP32(y[i].d): the stored scale read back
+    nmax_f = F32(nmax)
     dmin_read = fp16_to_fp32(dmin16)
     for j in range(12):
         y[4 + j] = 0
@@ -253,9 +256,18 @@ def _k4_superblock(xb, v, s0, nmax, y, L):
                     L[32 * j + ii] = max(0, min(nmax, nearest_int(v[2, s] * (xb[32 * j + ii] - v[3, s]))))
             continue
         dm = dmin_read * F32(lm)
-        for ii in range(32):
-            # nearest_int((x + dm)/d): a true division, as in C
-            L[32 * j + ii] = max(0, min(nmax, nearest_int((xb[32 * j + ii] + dm) / d)))
+        # nearest_int((x + dm)/d): a true division, as in C. d > 0, so it is monotonic in x and
+        # the sub-block's smallest and largest x bound it: within NEAREST_INT_LIMIT (always, but
+        # where d is tiny, or inf from an fp16 overflow) the levels are rounded in float, which
+        # vectorises; the int64 route ran lane by lane.
+        lo = (v[_XLO_ROW, s] + dm) / d
+        hi = (v[_MX_ROW, s] + dm) / d
+        if abs(lo) <= NEAREST_INT_LIMIT and abs(hi) <= NEAREST_INT_LIMIT:
+            for ii in range(32):
+                L[32 * j + ii] = np.int32(round_clamp((xb[32 * j + ii] + dm) / d, ZERO, nmax_f))
+        else:
+            for ii in range(32):
+                L[32 * j + ii] = max(0, min(nmax, nearest_int((xb[32 * j + ii] + dm) / d)))
 
 
 @jit
@@ -267,7 +279,7 @@ def _k4(blocks, nmax, rmin, rdelta, nstep, type_size):
     w = buf[_W:_W + _N * LANES].reshape((_N, LANES))
     v = buf[_V:_V + _NV * LANES].reshape((_NV, LANES))
     acc = np.empty(LANES, np.float32)
-    L = np.empty(256, np.int64)
+    L = np.empty(256, np.int32)
     per = LANES // 8
     for b0 in range(0, nb, per):
         to_lanes(blocks, b0, 32, x)
@@ -283,23 +295,16 @@ def _k4(blocks, nmax, rmin, rdelta, nstep, type_size):
                         y[16 + 32 * g + l] = L[64 * g + l] | (L[64 * g + 32 + l] << 4)
             else:
                 # Q5_K: qh[j] bit 2c (2c+1) = bit 4 of L[64c + j] (L[64c + 32 + j]); qs as Q4_K
+                # with those bits dropped (C's `if (l > 15) { l -= 16; qh |= m; }`, as bit
+                # operations on L <= 31: with the branches this packing was 2/5 of Q5_K's time).
                 for j in range(32):
                     y[16 + j] = 0
-                m1 = 1
-                m2 = 2
                 for c in range(4):
                     for j in range(32):
                         l1 = L[64 * c + j]
-                        if l1 > 15:
-                            l1 -= 16
-                            y[16 + j] |= m1
                         l2 = L[64 * c + j + 32]
-                        if l2 > 15:
-                            l2 -= 16
-                            y[16 + j] |= m2
-                        y[48 + 32 * c + j] = l1 | (l2 << 4)
-                    m1 <<= 2
-                    m2 <<= 2
+                        y[16 + j] |= (((l1 >> 4) & 1) | ((l2 >> 3) & 2)) << (2 * c)
+                        y[48 + 32 * c + j] = (l1 & 0xF) | ((l2 & 0xF) << 4)
     return out
 
 
