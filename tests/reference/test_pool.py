@@ -8,20 +8,11 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from dflash_gguf.reference import generate, load_drafter, load_target, tiny  # noqa: E402
+from dflash_gguf.reference import generate  # noqa: E402
 from dflash_gguf.reference.pool import cpu_cores, map_prompts, prompt_jobs, torch_threads  # noqa: E402
+from tests.reference.test_loop import models  # noqa: E402,F401  (the loop tests' tiny target and drafter, vocab 8)
 
-TARGET = tiny.target_config(vocab=64, layers=4, tie=False)
-PROMPTS = [[1, 2, 3, 4, 5], [9, 8, 7], [11, 3, 40, 2, 2, 6, 1], [5], [60, 61, 62, 63]]
-
-
-@pytest.fixture(scope="module")
-def models(tmp_path_factory):
-    root = tmp_path_factory.mktemp("pool")
-    target = load_target(tiny.save_target(root / "t", TARGET, seed=2))
-    drafter = load_drafter(tiny.save_drafter(root / "d", tiny.drafter_config(TARGET, block_size=4), seed=5,
-                                             residual=0.3))
-    return drafter, target
+PROMPTS = [[1, 2, 3, 4, 5], [7, 6, 5], [1, 3, 0, 2, 2, 6, 1], [5], [4, 4, 4, 7]]
 
 
 def _run(models, prompt, temperature=0.0):
