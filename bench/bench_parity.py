@@ -6,7 +6,12 @@ own (RSS on CPU — z-lab's includes importing transformers, which is part of it
 torch.cuda.max_memory_allocated on GPU). The outputs must agree token for token; the bench
 refuses to report a speed ratio otherwise.
 
-    python bench/bench_parity.py                      # CPU defaults
+--threads N gives each side N cores: z-lab's loop runs one prompt at a time on N torch threads;
+ours runs as `dflash-gguf parity` does, N prompts at once on one torch thread each. With N > 1
+z-lab also runs on one thread, and the ratio is against whichever z-lab run is faster.
+
+    python bench/bench_parity.py                      # CPU defaults (one core per side)
+    python bench/bench_parity.py --threads 0          # all cores per side
     python bench/bench_parity.py --device cuda --dtype bfloat16 --json out.json
 """
 from __future__ import annotations
