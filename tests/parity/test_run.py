@@ -126,7 +126,10 @@ def _without_timings(doc):
     return doc
 
 
-def test_prompts_on_several_threads_report_what_one_at_a_time_does(cli, tmp_path):
+@pytest.mark.parametrize("backend", ["native", pytest.param("transformers", marks=pytest.mark.slow)])
+def test_prompts_on_several_threads_report_what_one_at_a_time_does(cli, tmp_path, backend):
+    if backend == "transformers":
+        pytest.importorskip("transformers")
     lines = ['{"prompt_ids": [1, 5, 9, 33, 71, 100, 7, 250]}', '{"prompt_ids": [3, 3, 8]}',
              '{"prompt_ids": [200, 11, 17, 4, 90]}']
     (tmp_path / "p.jsonl").write_text("\n".join(lines) + "\n")
@@ -139,7 +142,8 @@ def test_prompts_on_several_threads_report_what_one_at_a_time_does(cli, tmp_path
         with torch_threads(1):  # --jobs 1 keeps torch's thread count; the jobs run at one each
             code, so, se = cli("parity", "--target", QWEN, "--drafter", DRAFTERS / "qwen3-flat", "--prompts-file",
                                tmp_path / "p.jsonl", "--drafter-gguf", g, "--max-new-tokens", 16, "--device", "cpu",
-                               "--temperature", "0.7", "--seed", "4", "--jobs", jobs, "--json", rep)
+                               "--temperature", "0.7", "--seed", "4", "--jobs", jobs, "--target-backend", backend,
+                               "--json", rep)
         assert code == 0, se
         reps[jobs] = json.loads(rep.read_text())
     assert reps["1"]["settings"]["jobs"] == 1 and reps["3"]["settings"]["jobs"] == 3
