@@ -2,7 +2,8 @@
 
 A chunk is about 1 MB of float32 rows. Per chunk the reference side x is re-encoded with our
 bit-exact ggml quantizer into the other side's type and the bytes compared (equal bytes =
-"bit-identical": exactly what ggml writes from x), then both sides are dequantized and the
+"bit-identical": exactly what ggml writes from x), then both sides are dequantized (for
+Q4_K/Q6_K the quantizer hands over what its bytes dequantize to, see _reencode) and the
 sums behind rel RMS, cosine and the norm ratio accumulated, with max |y - x| and the per-block
 (quantized) or per-element (float) check against the band. Cache-sized chunks are also what
 makes this faster than dequantizing whole tensors: every whole-tensor NumPy temporary is a
@@ -129,13 +130,15 @@ def _chunk_stats(job: _Job, r0: int, r1: int) -> _Stats:
     s = _Stats()
     xb = ref.fetch(r0, r1, _scratch.get("xb", ref.nbytes // max(ref.rows, 1) * rows))
     yb = oth.fetch(r0, r1, _scratch.get("yb", oth.nbytes // max(oth.rows, 1) * rows))
-    x = e = xx = d = None  # e: ggml's encoding of x in other's type, when re-encoded; xx: x.x
+    # e: ggml's encoding of x in other's type, when re-encoded; xx: x.x; ye: e dequantized,
+    # where the quantizer gave it along with e
+    x = e = xx = d = ye = None
     if ref.qtype == oth.qtype:
         s.identical = bool(np.array_equal(xb, yb))
     else:
         x = _deq(xb, ref.qtype, rows, cols, _scratch.get("x", n, np.float32))
         if job.requant:
-            e, xx, d = _reencode(job, s, xb, x, yb)
+            e, xx, d, ye = _reencode(job, s, xb, x, yb)
         s.identical = e is not None and bool(np.array_equal(e, yb.view(e.dtype)))
     if s.identical and _lossless(ref.qtype, oth.qtype):  # y == x: no numbers to compute
         s.lossless = True
@@ -151,7 +154,9 @@ def _chunk_stats(job: _Job, r0: int, r1: int) -> _Stats:
         np.copyto(buf, d)  # contiguous, as the subtraction's: BLAS sums it the same way
         d = buf
     else:
-        y = _deq(yb, oth.qtype, rows, cols, _scratch.get("y", n, np.float32)).reshape(-1)
+        # yb == e: y is e read back, which the quantizer wrote (the same bits as dequantizing yb)
+        y = ye if s.identical and ye is not None else \
+            _deq(yb, oth.qtype, rows, cols, _scratch.get("y", n, np.float32)).reshape(-1)
         d = np.subtract(y, xf, out=_scratch.get("d", n, np.float32))
     # three dots, not four: x.y = x.x + x.d and y.y = x.x + 2 x.d + d.d (y = x + d)
     s.ss_x, s.ss_d, xd = _dot(xf, xf) if xx is None else xx, _dot(d, d), _dot(xf, d)
@@ -176,7 +181,8 @@ def _chunk_stats(job: _Job, r0: int, r1: int) -> _Stats:
         return s
     if e is not None:
         e = e.view(np.uint8)
-        ye = _deq(e, oth.qtype, rows, cols).reshape(-1)
+        if ye is None:
+            ye = _deq(e, oth.qtype, rows, cols).reshape(-1)
         de = np.subtract(ye, xf)
         s.has_expected, s.exp_ss_d, s.exp_max_abs = True, _dot(de, de), _absmax(de)[0]
         np.subtract(y, ye, out=de)
@@ -207,12 +213,16 @@ def _chunk_stats(job: _Job, r0: int, r1: int) -> _Stats:
 
 
 def _reencode(job: _Job, s: _Stats, xb: np.ndarray, x: np.ndarray, yb: np.ndarray
-              ) -> tuple[np.ndarray | None, float | None, np.ndarray | None]:
+              ) -> tuple[np.ndarray | None, float | None, np.ndarray | None, np.ndarray | None]:
     """ggml's encoding e of the chunk's x in the other side's type (bytes, or uint16 for the
-    16-bit float pairs, to compare with yb), with what came along: x.x, and for the 16-bit
-    pairs d = e read back - x (else None). A NaN/inf in x (ggml refuses it) leaves e None and
-    the quantizer's message in ``s.requant_error``."""
-    from ..quants import quantize, quantize_finite
+    16-bit float pairs, to compare with yb), with what came along: x.x, for the 16-bit pairs
+    d = e read back - x, and for the types the quantizer dequantizes as it encodes (Q4_K,
+    Q6_K: quantize_finite_with_values) e read back, flat (else None each). Those values are
+    y wherever e == yb, and otherwise what the GGUF's values are measured against: either
+    way a dequantization less, ~0.4 s of CPU per compare of a 470M-value Q4_K_M drafter. A
+    NaN/inf in x (ggml refuses it) leaves e None and the quantizer's message in
+    ``s.requant_error``."""
+    from ..quants import quantize, quantize_finite, quantize_finite_with_values
     from .kernels import reencode16
 
     ref, oth = job.ref, job.other
@@ -227,14 +237,19 @@ def _reencode(job: _Job, s: _Stats, xb: np.ndarray, x: np.ndarray, yb: np.ndarra
                          _scratch.get("e", n, np.uint16), finite=finite or None)
         if hit is not None:
             e, d = hit
-            return e, xx, d
-    e = quantize_finite(x, oth.qtype) if finite else None
+            return e, xx, d, None
+    e = ye = None
+    if finite:
+        ye = _scratch.get("ye", xf.size, np.float32)
+        e = quantize_finite_with_values(x, oth.qtype, ye)
+        if e is None:
+            e, ye = quantize_finite(x, oth.qtype), None
     if e is None:
         try:
             e = quantize(x, oth.qtype, name=ref.name, threads=1).reshape(-1)
         except QuantizationError as exc:  # NaN/inf in the reference: ggml would refuse it too
             s.requant_error = str(exc)
-    return e, xx, None
+    return e, xx, None, ye
 
 
 def _dot(a: np.ndarray, b: np.ndarray) -> float:

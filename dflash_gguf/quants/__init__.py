@@ -24,6 +24,7 @@ __all__ = [
     "dequantize",
     "quantize",
     "quantize_finite",
+    "quantize_finite_with_values",
     "resolve_qtype",
     "row_nbytes",
     "type_size",
@@ -117,11 +118,42 @@ def quantize_finite(x: np.ndarray, qtype: str | int | GGMLQuantizationType) -> n
     caller knows is finite (a compare has x.x already: finite only if every x is), without the
     NaN/inf scan; None where ``quantize`` must decide (a type it lacks, a partial block)."""
     cls = registered().get(resolve_qtype(qtype))
-    if cls is None or x.dtype != np.float32 or not x.flags.c_contiguous or x.size % cls.block_size:
-        return None
-    if x.ndim and x.shape[-1] % cls.block_size:
+    if cls is None or not _whole_blocks(x, cls.block_size):
         return None
     return cls.quantize_finite(x).reshape(-1)
+
+
+def _whole_blocks(x: np.ndarray, bs: int) -> bool:
+    """Whether ``x`` is what the finite paths take: float32, C order, rows of whole blocks."""
+    if x.dtype != np.float32 or not x.flags.c_contiguous or x.size % bs:
+        return False
+    return not (x.ndim and x.shape[-1] % bs)
+
+
+def quantize_finite_with_values(
+    x: np.ndarray, qtype: str | int | GGMLQuantizationType, out: np.ndarray
+) -> np.ndarray | None:
+    """``quantize_finite(x, qtype)``, and into ``out`` (float32, C-contiguous, writable, at
+    least ``x.size`` values; its first ``x.size``) what ``dequantize`` makes of those bytes, bit
+    for bit: the quantizer has each block's scales and levels in hand, so the values come with
+    the bytes for a few float32 operations each instead of a second pass over them (a compare
+    needs both). None, ``out`` untouched, where there is no such fused path: types other than
+    Q4_K, Q5_K and Q6_K, the numpy path (numba disabled or absent), and wherever
+    ``quantize_finite`` says None.
+
+    Raises:
+        ValueError: ``out`` is not such a buffer.
+    """
+    cls = registered().get(resolve_qtype(qtype))
+    if cls is None or not cls.numba_values:
+        return None
+    if out.dtype != np.float32 or out.ndim != 1 or out.size < x.size or not out.flags.c_contiguous \
+            or not out.flags.writeable:
+        raise ValueError("out must be a writable, C-contiguous 1-d float32 buffer of at least x.size values")
+    if not _whole_blocks(x, cls.block_size):
+        return None
+    q = cls.quantize_finite_with_values(x, out[:x.size])
+    return None if q is None else q.reshape(-1)
 
 
 def dequantize(data: np.ndarray | bytes, qtype: str | int | GGMLQuantizationType, shape: Sequence[int]) -> np.ndarray:

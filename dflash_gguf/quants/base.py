@@ -169,6 +169,9 @@ class BlockQuant:
     # The compiled kernel (``_numba.kernel`` name) that gives quantize_blocks' bytes faster and
     # runs instead of it while numba is enabled; None: numpy only.
     numba_kernel: ClassVar[str | None] = None
+    # Whether ``numba_kernel + "_values"`` exists: the same bytes, and what they dequantize to
+    # (quantize_finite_with_values). The numpy path has no such variant.
+    numba_values: ClassVar[bool] = False
 
     def __init_subclass__(cls, qtype: GGMLQuantizationType | None = None, **kwargs) -> None:
         super().__init_subclass__(**kwargs)
@@ -219,6 +222,22 @@ class BlockQuant:
         for i in range(0, blocks.shape[0], step):
             out[i : i + step] = cls._quantize_checked(blocks[i : i + step])
         return out
+
+    @classmethod
+    def quantize_finite_with_values(cls, x: np.ndarray, out: np.ndarray) -> np.ndarray | None:
+        """``quantize_finite(x)``, and into ``out`` (float32, C-contiguous, writable, ``x.size``
+        values) the values its bytes dequantize to, bit for bit, from the same kernel pass;
+        None (``out`` untouched) where this type has no such kernel or numba is off."""
+        if not cls.numba_values or cls._kernel() is None:
+            return None
+        from . import _numba
+
+        blocks = x.reshape(-1, cls.block_size)
+        if not blocks.flags.writeable:  # as _numba.run: one specialisation, for writable arrays
+            blocks = blocks.copy()
+        q = _numba.kernel(cls.numba_kernel + "_values")(blocks, out.reshape(blocks.shape))
+        assert q.shape == (blocks.shape[0], cls.type_size), (cls.qtype.name, q.shape)
+        return q
 
     @classmethod
     def _quantize_checked(cls, blocks: np.ndarray) -> np.ndarray:

@@ -312,7 +312,7 @@ def test_numba_bf16_decode_every_pattern():
 
 
 @pytest.mark.skipif(not _numba.AVAILABLE, reason="numba is not installed")
-@pytest.mark.parametrize("kernel", sorted(NUMBA_KERNELS.values()))
+@pytest.mark.parametrize("kernel", sorted(NUMBA_KERNELS.values()) + ["q4_k_values", "q5_k_values", "q6_k_values"])
 def test_numba_kernels_compile_to_plain_float32(kernel):
     # What makes the kernels bit-exact besides their source: no float64 anywhere (a Python float
     # or float32*int slipping in), no fast-math flags, no fused multiply-add in the machine code.
@@ -325,10 +325,13 @@ def test_numba_kernels_compile_to_plain_float32(kernel):
 
     bs = 32 if kernel == "q8_0" else 256
     fresh = numba.njit(**{**common.JIT_OPTIONS, "cache": False})(_numba.kernel(kernel).py_func)
-    fresh(np.zeros((1, bs), np.float32))
+    args = [np.zeros((1, bs), np.float32)]
+    if kernel.endswith("_values"):  # the values' d * q - m must not become an FMA either
+        args.append(np.zeros((1, bs), np.float32))
+    fresh(*args)
     sig = fresh.signatures[0]
     ir, asm = fresh.inspect_llvm(sig), fresh.inspect_asm(sig)
-    assert "_qkx2_lanes" in ir or kernel in ("q8_0", "q6_k")  # the callees are in the module
+    assert "_qkx2_lanes" in ir or kernel.startswith(("q8_0", "q6_k"))  # the callees are in the module
     assert not re.findall(r"\bdouble\b", ir)
     assert not re.findall(r"\b(contract|reassoc|arcp|afn|fast)\b", ir)
     assert "llvm.fma" not in ir and "fmuladd" not in ir

@@ -23,7 +23,9 @@ ENV_VAR = "DFLASH_GGUF_NUMBA"
 
 # Kernel name (BlockQuant.numba_kernel, or a helper) -> the module defining it; Q5_K shares
 # Q4_K's fit; ``bf16_to_f32`` decodes a GGUF's BF16 input (quants/gguf_file.py).
-_MODULES = {"q8_0": "q8_0", "q4_k": "q4_k", "q5_k": "q4_k", "q6_k": "q6_k", "bf16_to_f32": "decode"}
+# ``*_values``: the same kernel also writing the values its bytes dequantize to (a compare's y).
+_MODULES = {"q8_0": "q8_0", "q4_k": "q4_k", "q5_k": "q4_k", "q6_k": "q6_k", "bf16_to_f32": "decode",
+            "q4_k_values": "q4_k", "q5_k_values": "q4_k", "q6_k_values": "q6_k"}
 
 _available: bool | None = None  # None: numba not tried yet
 
@@ -102,8 +104,8 @@ def set_enabled(flag: bool) -> bool:
 
 
 def kernel(name: str):
-    """The compiled kernel ``name`` (``"q8_0"``, ``"q4_k"``, ``"q5_k"``, ``"q6_k"``,
-    ``"bf16_to_f32"``), importing its module on first use.
+    """The compiled kernel ``name`` (``"q8_0"``, ``"q4_k"``, ``"q5_k"``, ``"q6_k"``, their
+    ``"*_values"`` variants, ``"bf16_to_f32"``), importing its module on first use.
 
     Raises:
         KeyError: no kernel of that name.

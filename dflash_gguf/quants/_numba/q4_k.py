@@ -211,10 +211,11 @@ def _k4_weights(x, w, acc):
 
 
 @jit
-def _k4_superblock(xb, v, s0, nmax, y, L):
+def _k4_superblock(xb, v, s0, nmax, y, L, vals, vb):
     """The rest of quantize_row_q{4,5}_K_ref for one super-block ``xb`` (256,) whose
     eight sub-blocks were fitted in lanes s0..s0+7 of ``v``: d, dmin and the 12 scale bytes
-    into y[0:16], the requantized levels into L (256,) int32."""
+    into y[0:16], the requantized levels into L (256,) int32; unless ``vals`` is None, the
+    values the block's bytes dequantize to into vals[vb] (see _k4)."""
     max_scale = ZERO
     max_min = ZERO
     for j in range(8):
@@ -248,30 +249,56 @@ def _k4_superblock(xb, v, s0, nmax, y, L):
             y[4 + j] |= (lm >> 4) << 6
         # get_scale_min_k4(j) reads back exactly ls, lm (both <= 63)
         d = d_read * F32(ls)
+        dm = dmin_read * F32(lm)
         if d == 0:  # `if (!d) continue;`: keep make_qkx2_quants' L
             for ii in range(32):
                 if v[4, s] != 0:
                     L[32 * j + ii] = 0
                 else:
                     L[32 * j + ii] = max(0, min(nmax, nearest_int(v[2, s] * (xb[32 * j + ii] - v[3, s]))))
-            continue
-        dm = dmin_read * F32(lm)
-        # nearest_int((x + dm)/d): a true division, as in C. d > 0, so it is monotonic in x and
-        # the sub-block's smallest and largest x bound it: within NEAREST_INT_LIMIT (always, but
-        # where d is tiny, or inf from an fp16 overflow) the levels are rounded in float, which
-        # vectorises; the int64 route ran lane by lane.
-        lo = (v[_XLO_ROW, s] + dm) / d
-        hi = (v[_MX_ROW, s] + dm) / d
-        if abs(lo) <= NEAREST_INT_LIMIT and abs(hi) <= NEAREST_INT_LIMIT:
-            for ii in range(32):
-                L[32 * j + ii] = np.int32(round_clamp((xb[32 * j + ii] + dm) / d, ZERO, nmax_f))
         else:
+            # nearest_int((x + dm)/d): a true division, as in C. d > 0, so it is monotonic in x
+            # and the sub-block's smallest and largest x bound it: within NEAREST_INT_LIMIT
+            # (always, but where d is tiny, or inf from an fp16 overflow) the levels are rounded
+            # in float, which vectorises; the int64 route ran lane by lane.
+            lo = (v[_XLO_ROW, s] + dm) / d
+            hi = (v[_MX_ROW, s] + dm) / d
+            if abs(lo) <= NEAREST_INT_LIMIT and abs(hi) <= NEAREST_INT_LIMIT:
+                if vals is None:  # compile-time branches: the plain kernel is compiled without vals
+                    for ii in range(32):
+                        L[32 * j + ii] = np.int32(round_clamp((xb[32 * j + ii] + dm) / d, ZERO, nmax_f))
+                else:
+                    # the level in float (+0 or a whole number <= nmax: F32(L) exactly) gives
+                    # the value in the same vector loop (see _k4_values)
+                    vv = vals[vb]
+                    for ii in range(32):
+                        lf = round_clamp((xb[32 * j + ii] + dm) / d, ZERO, nmax_f)
+                        L[32 * j + ii] = np.int32(lf)
+                        vv[32 * j + ii] = d * lf - dm
+                continue
             for ii in range(32):
                 L[32 * j + ii] = max(0, min(nmax, nearest_int((xb[32 * j + ii] + dm) / d)))
+        if vals is not None:
+            _k4_values(L, j, d, dm, vals[vb])
 
 
 @jit
-def _k4(blocks, nmax, rmin, rdelta, nstep, type_size):
+def _k4_values(L, j, d, dm, vv):
+    """dequantize_row_q{4,5}_K's y = d1 * q - m1 for sub-block j into vv: ``d`` is d1 =
+    GGML_FP16_TO_FP32(d) * sc, ``dm`` m1 = dmin * m (both scales read back exactly ls and lm),
+    q the level L (<= nmax, kept whole by the packing): the same float32 operations on the
+    same operands, so the bits of dequantizing the block."""
+    for ii in range(32):
+        vv[32 * j + ii] = d * F32(L[32 * j + ii]) - dm
+
+
+@jit
+def _k4(blocks, nmax, rmin, rdelta, nstep, type_size, vals):
+    """quantize_row_q{4,5}_K_ref of ``blocks`` (nb, 256); unless ``vals`` is None, also the
+    values the bytes dequantize to, bit for bit, into ``vals`` (nb, 256) float32 (a compare's
+    dequantization, fused: the block's scales and levels are at hand here). numba compiles one
+    specialisation per argument type and drops the ``vals`` branches from the None one, so
+    the plain quantizer pays nothing for them (timed: the same speed)."""
     nb = blocks.shape[0]
     out = np.empty((nb, type_size), np.uint8)
     buf = lane_buffer(_SIZE)
@@ -287,7 +314,7 @@ def _k4(blocks, nmax, rmin, rdelta, nstep, type_size):
         _qkx2_lanes(buf, nmax, rmin, rdelta, nstep)
         for b in range(min(per, nb - b0)):
             y = out[b0 + b]
-            _k4_superblock(blocks[b0 + b], v, 8 * b, nmax, y, L)
+            _k4_superblock(blocks[b0 + b], v, 8 * b, nmax, y, L, vals, b0 + b)
             if type_size == 144:
                 # Q4_K: byte 32g + l = L[64g + l] | L[64g + 32 + l] << 4
                 for g in range(4):
@@ -311,10 +338,22 @@ def _k4(blocks, nmax, rmin, rdelta, nstep, type_size):
 @jit
 def q4_k(blocks):
     """quantize_row_q4_K_ref: (nb, 256) float32 C-contiguous -> (nb, 144) uint8."""
-    return _k4(blocks, 15, F32(-1.0), F32_01, 20, 144)
+    return _k4(blocks, 15, F32(-1.0), F32_01, 20, 144, None)
+
+
+@jit
+def q4_k_values(blocks, vals):
+    """q4_k, and into ``vals`` (nb, 256) float32 what dequantize_row_q4_K makes of its bytes."""
+    return _k4(blocks, 15, F32(-1.0), F32_01, 20, 144, vals)
 
 
 @jit
 def q5_k(blocks):
     """quantize_row_q5_K_ref: (nb, 256) float32 C-contiguous -> (nb, 176) uint8."""
-    return _k4(blocks, 31, F32(-0.5), F32_01, 15, 176)
+    return _k4(blocks, 31, F32(-0.5), F32_01, 15, 176, None)
+
+
+@jit
+def q5_k_values(blocks, vals):
+    """q5_k, and into ``vals`` (nb, 256) float32 what dequantize_row_q5_K makes of its bytes."""
+    return _k4(blocks, 31, F32(-0.5), F32_01, 15, 176, vals)

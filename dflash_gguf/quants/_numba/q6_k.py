@@ -117,8 +117,21 @@ def _qx_lanes(b, nmax):
 
 
 @jit
-def q6_k(blocks):
-    """quantize_row_q6_K_ref: (nb, 256) float32 C-contiguous -> (nb, 210) uint8."""
+def _q6_values(vv, j, d, L):
+    """dequantize_row_q6_K's y = (d * scale) * q for sub-block j into vv: ``d`` is that
+    d * scale (GGML_FP16_TO_FP32(d) * the int8 scale, both of which read back exactly), q the
+    level L - 32 (L <= 63, kept whole by the packing): the same float32 operations on the same
+    operands, so the bits of dequantizing the block. (q converted from int32: the same float,
+    and a conversion AVX2 has a vector instruction for, unlike int64's.)"""
+    for ii in range(16):
+        vv[16 * j + ii] = d * F32(np.int32(L[16 * j + ii] - 32))
+
+
+def _q6(blocks, vals=None):
+    """quantize_row_q6_K_ref: (nb, 256) float32 C-contiguous -> (nb, 210) uint8; unless
+    ``vals`` is None, also the values the bytes dequantize to, bit for bit, into ``vals`` (nb,
+    256) float32, as q4_k._k4 (the specialisation without ``vals`` is compiled without those
+    branches)."""
     nb = blocks.shape[0]
     out = np.empty((nb, 210), np.uint8)
     buf = lane_buffer(_SIZE)
@@ -145,6 +158,11 @@ def q6_k(blocks):
             if max_abs_scale < _GROUP_MAX_EPS:
                 for k in range(210):  # memset(&y[i], 0, sizeof(block_q6_K))
                     y[k] = 0
+                if vals is not None:  # read back: d = 0, scales 0, q = 0 - 32, so (0 * 0) * -32 = -0.0
+                    for k in range(256):
+                        L[k] = 0
+                    for j in range(16):
+                        _q6_values(vals[b0 + b], j, ZERO, L)
                 continue
             iscale = _F32_M128 / max_scale
             d16 = fp32_to_fp16(ONE / iscale)  # GGML_FP32_TO_FP16(1/iscale)
@@ -164,10 +182,18 @@ def q6_k(blocks):
                             L[16 * j + ii] = 0
                         else:
                             L[16 * j + ii] = 32 + max(-32, min(31, nearest_int(v[1, s] * xb[16 * j + ii])))
-                    continue
-                for ii in range(16):
-                    # nearest_int(x[i]/d): a true division
-                    L[16 * j + ii] = max(-32, min(31, nearest_int(xb[16 * j + ii] / d))) + 32
+                    if vals is not None:  # a compile-time branch, as in q4_k._k4_superblock
+                        _q6_values(vals[b0 + b], j, d, L)
+                elif vals is None:
+                    for ii in range(16):
+                        # nearest_int(x[i]/d): a true division
+                        L[16 * j + ii] = max(-32, min(31, nearest_int(xb[16 * j + ii] / d))) + 32
+                else:
+                    vv = vals[b0 + b]
+                    for ii in range(16):  # the value in the same loop, as _q6_values
+                        q = max(-32, min(31, nearest_int(xb[16 * j + ii] / d)))
+                        L[16 * j + ii] = q + 32
+                        vv[16 * j + ii] = d * F32(np.int32(q))
             # ql[64h + l] = q[l] | q[l+64] << 4, ql[64h+32+l] = q[l+32] | q[l+96] << 4,
             # qh[32h + l] = hi2 of q[l], q[l+32], q[l+64], q[l+96]  (q relative to 128h)
             for h in range(2):
@@ -179,3 +205,11 @@ def q6_k(blocks):
                         (L[j] >> 4) | ((L[j + 32] >> 4) << 2) | ((L[j + 64] >> 4) << 4) | ((L[j + 96] >> 4) << 6)
                     )
     return out
+
+
+# Two dispatchers of the one function, each the kernel itself rather than a jitted wrapper
+# around it: called through a wrapper, the plain kernel ran 5% slower (LLVM optimises the
+# inlined body differently). q6_k is only ever called without ``vals``, so it keeps a single
+# specialisation.
+q6_k = jit(_q6)
+q6_k_values = jit(_q6)
