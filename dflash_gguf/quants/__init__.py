@@ -145,7 +145,7 @@ def quantize_finite_with_values(
         ValueError: ``out`` is not such a buffer.
     """
     cls = registered().get(resolve_qtype(qtype))
-    if cls is None or not cls.numba_values:
+    if cls is None or not cls.has_values_kernel():
         return None
     if out.dtype != np.float32 or out.ndim != 1 or out.size < x.size or not out.flags.c_contiguous \
             or not out.flags.writeable:

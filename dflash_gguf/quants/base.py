@@ -169,9 +169,6 @@ class BlockQuant:
     # The compiled kernel (``_numba.kernel`` name) that gives quantize_blocks' bytes faster and
     # runs instead of it while numba is enabled; None: numpy only.
     numba_kernel: ClassVar[str | None] = None
-    # Whether ``numba_kernel + "_values"`` exists: the same bytes, and what they dequantize to
-    # (quantize_finite_with_values). The numpy path has no such variant.
-    numba_values: ClassVar[bool] = False
 
     def __init_subclass__(cls, qtype: GGMLQuantizationType | None = None, **kwargs) -> None:
         super().__init_subclass__(**kwargs)
@@ -224,11 +221,19 @@ class BlockQuant:
         return out
 
     @classmethod
+    def has_values_kernel(cls) -> bool:
+        """Whether ``numba_kernel + "_values"`` exists: the same bytes, and what they
+        dequantize to (quantize_finite_with_values). The numpy path has no such variant."""
+        from . import _numba  # the kernel table only: numba itself is not imported
+
+        return cls.numba_kernel is not None and _numba.has_kernel(cls.numba_kernel + "_values")
+
+    @classmethod
     def quantize_finite_with_values(cls, x: np.ndarray, out: np.ndarray) -> np.ndarray | None:
         """``quantize_finite(x)``, and into ``out`` (float32, C-contiguous, writable, ``x.size``
         values) the values its bytes dequantize to, bit for bit, from the same kernel pass;
         None (``out`` untouched) where this type has no such kernel or numba is off."""
-        if not cls.numba_values or cls._kernel() is None:
+        if not cls.has_values_kernel() or cls._kernel() is None:
             return None
         from . import _numba
 

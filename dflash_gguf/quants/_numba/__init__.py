@@ -103,6 +103,11 @@ def set_enabled(flag: bool) -> bool:
     return prev
 
 
+def has_kernel(name: str) -> bool:
+    """Whether a kernel of that name exists (without importing numba)."""
+    return name in _MODULES
+
+
 def kernel(name: str):
     """The compiled kernel ``name`` (``"q8_0"``, ``"q4_k"``, ``"q5_k"``, ``"q6_k"``, their
     ``"*_values"`` variants, ``"bf16_to_f32"``), importing its module on first use.
