@@ -58,13 +58,13 @@ def run_impl(args) -> dict:
         import queue
 
         from dflash_gguf.reference import Workspace, generate, load_drafter, load_target
-        from dflash_gguf.reference.pool import cpu_cores, map_prompts
+        from dflash_gguf.reference.pool import map_prompts, prompt_jobs
 
         target = load_target(root / "target", dtype=args.dtype, device=device)
         drafter = load_drafter(root / "drafter", dtype=args.dtype, device=device)
         # as `parity` runs them: prompts on `threads` threads of one torch thread each (reference/pool.py),
         # each with a workspace of its own
-        jobs = 1 if device.type == "cuda" else (args.threads or cpu_cores())
+        jobs = prompt_jobs(args.threads, device, args.prompts)
         spare = queue.SimpleQueue()
         for _ in range(jobs):
             spare.put(Workspace(drafter, target, args.prompt_len + args.max_new_tokens))
@@ -198,8 +198,8 @@ def main(argv=None) -> int:
                 # the best of each measure, wall and CPU, whichever trial it came from
                 results[name]["cpu_seconds"] = least_cpu
                 results[name]["tokens_per_cpu_s"] = r["new_tokens"] / least_cpu if least_cpu > 0 else None
-    ours = results["ours"].pop("outputs")
-    same = all(results[n].pop("outputs") == ours for n in variants if n != "ours")
+    outputs = {n: results[n].pop("outputs") for n in variants}
+    same = all(outputs[n] == outputs["ours"] for n in variants)
     zlab = max((n for n in variants if n != "ours"), key=lambda n: results[n]["tokens_per_s"])
     ratio = results["ours"]["tokens_per_s"] / results[zlab]["tokens_per_s"]
     cpu_ratio = results[zlab]["cpu_seconds"] / results["ours"]["cpu_seconds"]

@@ -12,7 +12,6 @@ CUDA (one device, one stream) and a single prompt run serially, as before.
 """
 from __future__ import annotations
 
-import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -20,17 +19,10 @@ from typing import Callable, Iterator, Sequence, TypeVar
 
 import torch
 
+from ..quants import default_threads  # the cores this process may run on (its affinity mask)
+
 T = TypeVar("T")
 R = TypeVar("R")
-
-
-def cpu_cores() -> int:
-    """The cores this process may run on (its affinity mask), which a container may cap below
-    ``os.cpu_count()``."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
 
 
 def prompt_jobs(requested: int, device: torch.device | str, n_items: int) -> int:
@@ -40,7 +32,7 @@ def prompt_jobs(requested: int, device: torch.device | str, n_items: int) -> int
         raise ValueError(f"jobs must be >= 0 (0 = one per core), got {requested}")
     if torch.device(device).type != "cpu":
         return 1
-    return max(1, min(requested or cpu_cores(), n_items))
+    return max(1, min(requested or default_threads(), n_items))
 
 
 @contextmanager

@@ -9,7 +9,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from dflash_gguf.reference import generate  # noqa: E402
-from dflash_gguf.reference.pool import cpu_cores, map_prompts, prompt_jobs, torch_threads  # noqa: E402
+from dflash_gguf.quants import default_threads  # noqa: E402
+from dflash_gguf.reference.pool import map_prompts, prompt_jobs, torch_threads  # noqa: E402
 from tests.reference.test_loop import models  # noqa: E402,F401  (the loop tests' tiny target and drafter, vocab 8)
 
 PROMPTS = [[1, 2, 3, 4, 5], [7, 6, 5], [1, 3, 0, 2, 2, 6, 1], [5], [4, 4, 4, 7]]
@@ -78,11 +79,11 @@ def test_one_job_runs_inline_in_the_caller():
 
 
 def test_how_many_jobs():
-    assert prompt_jobs(0, "cpu", 100) == cpu_cores()
+    assert prompt_jobs(0, "cpu", 100) == default_threads()
     assert prompt_jobs(0, "cpu", 1) == 1
     assert prompt_jobs(5, "cpu", 3) == 3
     assert prompt_jobs(2, "cpu", 3) == 2
     assert prompt_jobs(4, "cuda", 8) == 1  # one device: prompts in turn
-    assert prompt_jobs(0, torch.device("cpu"), 2) == min(2, cpu_cores())
+    assert prompt_jobs(0, torch.device("cpu"), 2) == min(2, default_threads())
     with pytest.raises(ValueError, match="jobs must be >= 0"):
         prompt_jobs(-1, "cpu", 2)
