@@ -6,15 +6,12 @@ size; ``_Parser`` turns the bytes into KV pairs and tensor infos, each failure i
 """
 from __future__ import annotations
 
-import operator
 import struct
-from array import array
-from itertools import repeat
 from typing import Any, BinaryIO
 
 from .gguf_constants import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFValueType
 from .header_errors import InvalidKVError, InvalidTensorInfoError, LimitError, TruncatedError
-from .string_array import StringArray
+from .string_array import StringArray, item_starts
 from .types import KV
 
 MAGIC = b"GGUF"
@@ -163,49 +160,51 @@ class _Parser:
         # Every item has an 8-byte length prefix: check the lower bound before the walk.
         if first + 8 * n > c.size:
             raise c.truncated(f"the {n:,} strings of {what}", first + 8 * n)
-        starts: list[int] = []
-        push, unpack, pos = starts.append, _U64.unpack_from, first
-        while len(starts) < n:
-            # Fast path over the bytes already buffered (a vocabulary is ~300k items): no
-            # per-item checks; running off the buffer shows up as struct.error or pos > have.
-            buf, have = c.buf, len(c.buf)
+        # Only the array's end is found here, each length added to the position (~90 ns an
+        # item; a vocabulary has ~300k); the items' starts are found if a lookup needs them
+        # (StringArray). A pass runs over the bytes read so far; each pass starts at item
+        # ``i0``, whose length field is at ``mark``.
+        unpack, pos, i, i0, mark = _U64.unpack_from, first, 0, 0, first
+        while i < n:
+            buf = c.buf
             try:
-                for _ in repeat(None, n - len(starts)):
-                    ln = unpack(buf, pos)[0]
-                    pos += 8
-                    push(pos)
-                    pos += ln
-            except (struct.error, OverflowError):  # ran off the buffer
-                pass
-            if len(starts) == n and pos <= have:
-                break
-            # Slow path for the one item that crossed the buffer end: re-read it with checks.
-            if starts and starts[-1] + unpack(buf, starts[-1] - 8)[0] > have:
-                pos = starts.pop() - 8
-            i = len(starts)
-            if pos + 8 > c.size:
-                raise c.truncated(f"the length of item {i:,} of {what}", pos + 8)
-            if pos + 8 > len(c.buf):
+                for i in range(i, n):  # i: the item whose length is read next
+                    pos += 8 + unpack(buf, pos)[0]
+                i = n
+            except (struct.error, OverflowError):  # item i's length is past the bytes read
+                if pos > c.size:
+                    self._item_past_end(i0, mark, what)
+                if pos + 8 > c.size:
+                    raise c.truncated(f"the length of item {i:,} of {what}", pos + 8) from None
                 c.fill(pos + 8)
-            ln = unpack(c.buf, pos)[0]
-            self._check_item_len(ln, i, what, pos)
-            if pos + 8 + ln > c.size:
-                raise c.truncated(f"item {i:,} of {what}", pos + 8 + ln)
-            if pos + 8 + ln + 8 > len(c.buf):
-                c.fill(min(c.size, pos + 8 + ln + 8))
-            pos += 8
-            push(pos)
-            pos += ln
-        # The fast path skipped the per-item length cap; no item can exceed it unless the whole
-        # array does. An item's length is the gap to the next item's text, less that item's
-        # 8-byte prefix. (Plain Python, not numpy: the header-only commands do not import numpy.)
+                i0, mark = i, pos
+        if pos > c.size:
+            self._item_past_end(i0, mark, what)
+        if pos > len(c.buf):
+            c.fill(pos)
+        raw = bytes(c.buf[first:pos])
+        # The walk skipped the per-item length cap; no item can exceed it unless the whole
+        # array does, and then the starts show which one.
         if pos - first > MAX_STRING_BYTES:
-            lengths = [e - s - 8 for s, e in zip(starts, starts[1:] + [pos + 8])]
-            i = lengths.index(max(lengths))
-            self._check_item_len(lengths[i], i, what, starts[i] - 8)
+            starts = item_starts(raw, n)
+            ends = [*starts[1:], pos - first + 8]
+            lengths = [e - s - 8 for s, e in zip(starts, ends)]
+            j = lengths.index(max(lengths))
+            self._check_item_len(lengths[j], j, what, first + starts[j] - 8)
         c.pos = pos
-        rel = array("q", map(operator.sub, starts, repeat(first)))
-        return StringArray(bytes(c.buf[first:pos]), rel)
+        return StringArray(raw, n)
+
+    def _item_past_end(self, i: int, pos: int, what: str) -> None:
+        """Some item from ``i`` on (its length field at ``pos``, inside the bytes read) runs past
+        the file's end: find it and raise the limit or truncation error that names it."""
+        c = self.c
+        while True:
+            ln = _U64.unpack_from(c.buf, pos)[0]
+            if pos + 8 + ln > c.size:
+                self._check_item_len(ln, i, what, pos)
+                raise c.truncated(f"item {i:,} of {what}", pos + 8 + ln)
+            pos += 8 + ln
+            i += 1
 
     def _check_item_len(self, ln: int, i: int, what: str, at: int) -> None:
         if ln > MAX_STRING_BYTES:

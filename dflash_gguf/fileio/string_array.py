@@ -4,6 +4,7 @@ from __future__ import annotations
 import struct
 from array import array
 from bisect import bisect_left
+from itertools import repeat
 from typing import Iterator, Sequence
 
 _LEN = struct.Struct("<Q")  # the u64 length before each item
@@ -14,16 +15,32 @@ class StringArray(Sequence[str]):
 
     Walking a 150k-token vocabulary is needed for bounds checks, but decoding every token
     is not: the raw bytes plus the start of each item make ``index()`` a C-speed search.
+    The starts themselves are found on first use: a converter that only copies the array
+    (``encoded``) never needs them, and skipping them halves the header walk (~25 ms for a
+    300k-string vocabulary).
     """
 
-    __slots__ = ("_raw", "_starts")
+    __slots__ = ("_raw", "_n", "_box")
 
-    def __init__(self, raw: bytes, starts: array) -> None:
-        self._raw = raw        # the items, each still prefixed by its u64 length
-        self._starts = starts  # byte offset of each item's text inside ``raw``
+    def __init__(self, raw: bytes, starts: array | int) -> None:
+        """``raw``: the items, each still prefixed by its u64 length, already bounds-checked
+        (every length stays inside ``raw``). ``starts``: the byte offset of each item's text
+        inside ``raw``, or just the number of items, the offsets then found when first needed."""
+        self._raw = raw
+        self._n = starts if isinstance(starts, int) else len(starts)
+        # A one-item list, shared with the ``exact()`` view: whichever needs the starts first
+        # finds them for both.
+        self._box: list[array | None] = [None if isinstance(starts, int) else starts]
+
+    @property
+    def _starts(self) -> array:
+        starts = self._box[0]
+        if starts is None:
+            starts = self._box[0] = item_starts(self._raw, self._n)
+        return starts
 
     def __len__(self) -> int:
-        return len(self._starts)
+        return self._n
 
     def item_bytes(self, i: int) -> bytes:
         """Item ``i`` exactly as stored (tokens need not be valid UTF-8)."""
@@ -43,7 +60,9 @@ class StringArray(Sequence[str]):
     def exact(self) -> "ExactStringArray":
         """The same items, each a ``str`` where it is valid UTF-8 and its stored ``bytes``
         where it is not (no U+FFFD stand-ins); no copy of the bytes is made."""
-        return ExactStringArray(self._raw, self._starts)
+        view = ExactStringArray(self._raw, self._n)
+        view._box = self._box
+        return view
 
     def _item(self, i: int) -> str:
         return self.item_bytes(i).decode("utf-8", errors="replace")
@@ -63,9 +82,10 @@ class StringArray(Sequence[str]):
     def index(self, value: str, start: int = 0, stop: int | None = None) -> int:  # type: ignore[override]
         needle = _LEN.pack(len(value.encode())) + value.encode()
         pos = self._raw.find(needle)
+        starts = self._starts if pos >= 0 else None
         while pos >= 0:
-            j = bisect_left(self._starts, pos + 8)
-            if j < len(self._starts) and self._starts[j] == pos + 8 and start <= j and (stop is None or j < stop):
+            j = bisect_left(starts, pos + 8)
+            if j < len(starts) and starts[j] == pos + 8 and start <= j and (stop is None or j < stop):
                 return j
             pos = self._raw.find(needle, pos + 1)
         raise ValueError(f"{value!r} is not in the array")
@@ -97,6 +117,18 @@ class StringArray(Sequence[str]):
 
     def __repr__(self) -> str:
         return f"StringArray({len(self)} items)"
+
+
+def item_starts(raw: bytes, n: int) -> array:
+    """The offset of each of the ``n`` items' text in ``raw`` (a bounds-checked string array)."""
+    starts: list[int] = []
+    push, unpack, pos = starts.append, _LEN.unpack_from, 0
+    for _ in repeat(None, n):
+        ln = unpack(raw, pos)[0]
+        pos += 8
+        push(pos)
+        pos += ln
+    return array("q", starts)
 
 
 class ExactStringArray(StringArray):

@@ -129,6 +129,29 @@ def test_big_vocab_across_buffer_refills(monkeypatch, tmp_path, minimal_reads):
     assert tokens.item_bytes(5) == toks[5].encode()
 
 
+@pytest.mark.parametrize("minimal_reads", [False, True])
+def test_cut_inside_a_string_array_names_the_item(monkeypatch, minimal_reads):
+    # Every cut inside the array, with the walk crossing buffer refills: the error names the item
+    # the cut falls in (its length field, or its text), as counted here independently.
+    items = [b"x" * (i % 7) for i in range(40)]
+    head = build([kv("tok", ARR, U32(STR) + U64(len(items)))])
+    data = head + b"".join(s(b) for b in items)
+    fields, pos = [], len(head)
+    for i, b in enumerate(items):
+        fields.append((i, pos, pos + 8, pos + 8 + len(b)))
+        pos += 8 + len(b)
+    monkeypatch.setattr(header_records, "_FIRST_READ", 16)
+    if minimal_reads:
+        monkeypatch.setattr(gh._Cursor, "fill", lambda self, end: self.buf.extend(self.f.read(end - len(self.buf))))
+    for cut in range(len(head) + 8 * len(items), len(data)):
+        i, at, text, end = next(f for f in fields if f[3] > cut)
+        want = (f"item {i:,} of the value of key 'tok' needs bytes up to {end:,}" if cut >= text
+                else f"the length of item {i:,} of the value of key 'tok' needs bytes up to {text:,}")
+        assert err(data[:cut], TruncatedError) == (f"m.gguf: {want} but the file ends at {cut:,} "
+                                                   "(truncated download? re-fetch and compare sizes)"), cut
+    assert list(parse_header_bytes(data).get("tok")) == [b.decode() for b in items]
+
+
 # --- where the file is not a GGUF ---------------------------------------------------------
 
 @pytest.mark.parametrize("head, says", [

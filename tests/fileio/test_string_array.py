@@ -32,3 +32,13 @@ def test_exact_items_are_str_or_the_invalid_bytes():
     assert e[1:3] == ["b\ufffdc", b"\xff\xfe-raw"] and e[-1] == "\u00e9"
     assert e.encoded() == a.encoded() and e.same_as(a)  # a view: the same bytes, not a copy
     assert e.index("\u00e9") == 4 and "<unk>" in e
+
+
+def test_starts_found_on_first_use_equal_the_given_ones():
+    eager = make(ITEMS)
+    lazy = StringArray(eager.encoded(), len(ITEMS))
+    assert len(lazy) == len(ITEMS) and lazy.encoded() == eager.encoded()
+    view = lazy.exact()  # made before the starts are found: it shares them once either finds them
+    assert view[2] == b"\xff\xfe-raw" and list(lazy) == list(eager)
+    assert lazy.index("\u00e9") == 4 and "" in lazy and "-raw" not in lazy
+    assert StringArray(b"", 0).tolist() == [] and "x" not in StringArray(b"", 0)
