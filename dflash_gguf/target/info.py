@@ -25,7 +25,6 @@ from ..fileio.gguf_reader import bad_kv
 from ..fileio.string_array import StringArray
 from ..fileio.types import KV, kv_u32
 from ..formats.meta import ROPE_SECTIONS
-from .hf_vocab import vocab_from_hf_dir
 from .keys import K_MASK_ID, K_MODEL, K_PRE, K_TOKENS
 
 # GGUF architectures of drafters: a drafter is never the target.
@@ -198,6 +197,8 @@ def target_from_hf_dir(path: str | Path) -> TargetInfo:
         cfg = load_target_config(d)
     except ConfigError as exc:
         raise TargetError(f"target: {exc}") from None
+    from .hf_vocab import vocab_from_hf_dir  # ~7 ms (hashlib, the pre-tokenizer table): --target-dir only
+
     arch, vocab = vocab_from_hf_dir(d, cfg.vocab_size)
     n_tokens = len(next(kv.value for kv in vocab.kvs if kv.key == K_TOKENS))
     return TargetInfo(

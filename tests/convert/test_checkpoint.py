@@ -373,10 +373,10 @@ def test_target_vocab_is_built_once_per_conversion(cli, tmp_path, monkeypatch, d
     """--target-dir: the vocabulary is built in one place (plan_conversion's load_target) and
     passed along as a value; tokenizer.json is loaded by the tokenizers library once and parsed
     by Python once."""
-    from dflash_gguf.target import hf_files, hf_vocab, info, special_vocab
+    from dflash_gguf.target import hf_files, hf_vocab, special_vocab
 
     calls = {"vocab": 0, "from_file": 0, "tokenizer.json": 0}
-    real_vocab, real_import, real_read = info.vocab_from_hf_dir, hf_vocab._import_tokenizers, hf_files.read_json
+    real_vocab, real_import, real_read = hf_vocab.vocab_from_hf_dir, hf_vocab._import_tokenizers, hf_files.read_json
 
     def vocab(*a, **k):
         calls["vocab"] += 1
@@ -396,7 +396,7 @@ def test_target_vocab_is_built_once_per_conversion(cli, tmp_path, monkeypatch, d
         calls[path.name] = calls.get(path.name, 0) + 1
         return real_read(path)
 
-    monkeypatch.setattr(info, "vocab_from_hf_dir", vocab)
+    monkeypatch.setattr(hf_vocab, "vocab_from_hf_dir", vocab)
     monkeypatch.setattr(hf_vocab, "_import_tokenizers", importer)
     for mod in (hf_vocab, special_vocab):
         monkeypatch.setattr(mod, "read_json", read_json)
