@@ -58,3 +58,18 @@ def test_help_and_unknown_commands_see_every_command():
     assert {"convert", "check", "compare-weights", "parity", "version"} <= set(r["commands"])
     r = _probe("comvert")
     assert r["code"] == 2 and len(r["modules"]) == 7  # click lists the real commands for a typo
+
+
+def test_the_console_script_freezes_the_heap_before_exit_and_in_process_calls_do_not():
+    # The console script's exit skips shutdown's garbage collections over what the run built
+    # (gc.freeze); a caller of main(argv) keeps a normal heap.
+    probe = ("import atexit, gc, sys\n"
+             "from dflash_gguf import cli\n"
+             "assert cli.main(['version']) == 0 and gc.get_freeze_count() == 0\n"
+             "atexit.register(lambda: print('frozen', gc.get_freeze_count() > 0))\n"
+             "sys.argv = ['dflash-gguf', 'version']\n"
+             "cli.main()\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, cwd=ROOT, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().splitlines()[-1] == "frozen True"
