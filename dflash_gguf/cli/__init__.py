@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     if argv is None:
         # The process ends here. Without this, interpreter shutdown's garbage collections walk
         # every object the run created (numba's and LLVM's graphs once a kernel was loaded):
-        # ~0.15 s of a quantize or compare-weights. Frozen objects are skipped; files are closed
+        # ~0.13 s of a quantize or compare-weights. Frozen objects are skipped; files are closed
         # and outputs renamed by now, and the remaining objects are still freed.
         gc.freeze()
         sys.exit(code)
