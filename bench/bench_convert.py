@@ -13,7 +13,7 @@ shared machine hits every job alike), --repeat rounds:
   cp            `cp` of model.safetensors (GNU cp 9: one copy_file_range of the whole file)
   copy16        a Python read/write copy in 16 MiB chunks (user-space streaming, for scale)
   ours-gguf     `python -m dflash_gguf convert D -o X --target-gguf T.gguf` (tokenizer KVs copied)
-  gguf-dry      the same with --dry-run (everything but the write; ours-gguf minus it = the data path)
+  gguf-dry      the same with --dry-run --json (everything but the write; ours-gguf minus it = the data path)
   ours-dir      `python -m dflash_gguf convert D -o X --target-dir T/` (vocab built from tokenizer.json)
   llama.cpp     `convert_hf_to_gguf.py D --target-model-dir T/ --outfile X` (the vendored converter)
   before-gguf   with --before DIR: ours-gguf of another checkout (e.g. a `git archive` of main)
@@ -161,9 +161,10 @@ def main() -> None:
         "copy16": ([py, "-c", copy16, str(src), str(out)], os.environ.copy(), ROOT),
         "ours-gguf": ([*ours, "--target-gguf", str(tgguf)], ours_env, ROOT),
         # the same process up to the write: read, validate, plan (its wall, taken from
-        # ours-gguf's, is what writing the header and the tensor data costs)
-        "gguf-dry": ([py, "-m", "dflash_gguf", "convert", str(d), "--dry-run", "--target-gguf", str(tgguf)], ours_env,
-                     ROOT),
+        # ours-gguf's, is what writing the header and the tensor data costs); --json, because
+        # the human dry run renders the whole plan as a table (~30 ms the real run never spends)
+        "gguf-dry": ([py, "-m", "dflash_gguf", "convert", str(d), "--dry-run", "--json", "--target-gguf", str(tgguf)],
+                     ours_env, ROOT),
         "ours-dir": ([*ours, "--target-dir", str(tdir)], ours_env, ROOT),
     }
     if args.before:  # run from that checkout's root: `python -m` imports from its cwd first
