@@ -6,22 +6,83 @@ stdout carries results (tables, JSON); stderr carries errors, warnings and progr
 from __future__ import annotations
 
 import json
+import os
 import sys
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator
 
-from rich.console import Console
-from rich.markup import escape
+# rich's Text drops these (bell, backspace, vertical tab, form feed, carriage return); the plain
+# path drops them too, so a carriage return in a path cannot overwrite the line it is on.
+_CONTROL = dict.fromkeys((7, 8, 11, 12, 13))
 
-out = Console(highlight=False, soft_wrap=True)
-if not out.is_terminal:  # piped / CI: rich would wrap tables at 80 columns
-    out = Console(highlight=False, soft_wrap=True, width=200)
-err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+class _Stream:
+    """stdout or stderr: rich's Console, made the first time a command needs it.
+
+    Importing rich costs ~25 ms, a tenth of a whole `convert` at the issue's size, so plain
+    lines (``markup=False``, no style) sent to a pipe or a file are written directly, exactly as
+    the Console would write them there; everything else, and everything on a terminal or where
+    the environment forces one (FORCE_COLOR, TTY_COMPATIBLE), goes through rich. Emoji codes are
+    off: a path like ``/m/:fire:/x.gguf`` is printed as it is.
+    """
+
+    def __init__(self, stderr: bool) -> None:
+        self.stderr = stderr
+        self._console = None
+
+    @property
+    def file(self):
+        return sys.stderr if self.stderr else sys.stdout  # looked up per call: capture swaps it
+
+    @property
+    def console(self):
+        if self._console is None:
+            from rich.console import Console
+
+            c = Console(stderr=self.stderr, highlight=False, soft_wrap=True, emoji=False)
+            if not self.stderr and not c.is_terminal:  # piped / CI: rich would wrap tables at 80 columns
+                c = Console(highlight=False, soft_wrap=True, emoji=False, width=200)
+            self._console = c
+        return self._console
+
+    @property
+    def is_terminal(self) -> bool:
+        if self._surely_piped():
+            return False
+        return self.console.is_terminal
+
+    def _surely_piped(self) -> bool:
+        if "FORCE_COLOR" in os.environ or "TTY_COMPATIBLE" in os.environ:
+            return False  # rich's own rules decide
+        try:
+            return not self.file.isatty()
+        except (AttributeError, ValueError):  # no isatty, or closed: rich says "not a terminal" too
+            return True
+
+    def print(self, *objects: Any, markup: bool | None = None, style: str | None = None, **kw: Any) -> None:
+        if (markup is False and style is None and not kw and len(objects) == 1 and isinstance(objects[0], str)
+                and self._surely_piped()):
+            self.file.write(objects[0].translate(_CONTROL) + "\n")
+            return
+        self.console.print(*objects, markup=markup, style=style, **kw)
+
+    def lead(self, word: str, style: str, rest: str) -> None:
+        """One line, ``word`` styled on a terminal, ``rest`` (untrusted text) never parsed as markup."""
+        if self._surely_piped():
+            self.print(f"{word} {rest}", markup=False)
+        else:
+            self.console.print(f"[{style}]{word}[/{style}] {esc(rest)}")
+
+
+out = _Stream(stderr=False)
+err = _Stream(stderr=True)
 
 
 def esc(value: Any) -> str:
     """Untrusted text (a path, a key, a tensor name from a file) for a rich markup string or a
     table cell: a name like '[/]' would otherwise be parsed as markup (and crash rendering)."""
+    from rich.markup import escape
+
     return escape(str(value))
 
 
@@ -83,6 +144,6 @@ def byte_progress(total: int, description: str, enabled: bool = True) -> Iterato
         TransferSpeedColumn(),
         TimeRemainingColumn(),
     )
-    with Progress(*columns, console=err, transient=True) as progress:
+    with Progress(*columns, console=err.console, transient=True) as progress:
         task = progress.add_task(description, total=total)
         yield lambda n: progress.advance(task, n)

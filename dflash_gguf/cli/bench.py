@@ -126,7 +126,7 @@ def _progress():
                 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
                 state["bar"] = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                                        TimeElapsedColumn(), console=err, transient=True)
+                                        TimeElapsedColumn(), console=err.console, transient=True)
                 state["bar"].start()
                 state["task"] = state["bar"].add_task(f"bench {e.config}", total=e.total)
             else:

@@ -124,7 +124,7 @@ def render(r: CompareReport, top: int | None = None) -> None:
                    _num(t.cosine, ".6f"), " ".join(t.flags))
     # A pipe or a log has no width to respect: print the table whole rather than squeezed into
     # rich's default 80 columns (Console.print cannot widen past the console's own width).
-    (out if out.is_terminal else Console(highlight=False, width=220)).print(tt)
+    (out if out.is_terminal else Console(highlight=False, emoji=False, width=220)).print(tt)
     for t in rows:
         if t.status not in (BIT_IDENTICAL, WITHIN) and t.detail:
             out.print(f"  {t.status}: {t.name}: {t.detail}", markup=False)

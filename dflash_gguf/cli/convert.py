@@ -116,7 +116,7 @@ def render_summary(result: ConvertResult) -> None:
     types: dict[str, int] = {}
     for t in plan.tensors:
         types[t.ggml_type.name] = types.get(t.ggml_type.name, 0) + 1
-    out.print(f"[bold green]wrote[/bold green] {esc(w.path)}  ({w.file_size:,} bytes)")
+    out.lead("wrote", "bold green", f"{w.path}  ({w.file_size:,} bytes)")
     out.print(f"  format        {plan.format}  (general.architecture = {plan.arch})", markup=False)
     out.print(f"  tensors       {w.n_tensors}  ({', '.join(f'{n} {k}' for k, n in sorted(types.items()))})", markup=False)
     out.print(f"  metadata      {w.n_kv} keys", markup=False)

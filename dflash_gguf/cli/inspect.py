@@ -28,14 +28,14 @@ def inspect_cmd(
     json_out: Annotated[bool, typer.Option("--json", help="Print machine-readable JSON on stdout.")] = False,
 ) -> None:
     """Show a GGUF's format, metadata, tensors and (for drafters) its taps in both conventions."""
-    from rich.table import Table  # here: see cli/__init__
-
     from ..convert.describe import inspect_gguf
 
     info = inspect_gguf(path)
     if json_out:
         print_json(info.to_json())
         return
+    from rich.table import Table  # here: see cli/__init__ (and --json needs no rich at all)
+
     out.print(f"[bold]{esc(path)}[/bold]: architecture {esc(info.arch)}, format {info.format or 'not a DFlash drafter'}")
     if info.taps_zlab is not None:
         out.print(f"  taps (z-lab, output of layer L):      {list(info.taps_zlab)}", markup=False)

@@ -24,13 +24,16 @@ import stat
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Any, BinaryIO, Sequence
+from typing import TYPE_CHECKING, Any, BinaryIO, Sequence
 
 
 from ..errors import OutputError
 from .header_errors import LimitError, NotGGUFError, TensorOverlapError, TruncatedError, UnsupportedVersionError
 from .types import KV, TensorInfo
 from .header_records import _TRUNC_HINT, _U32, _U64, MAGIC, MAX_KV, MAX_TENSORS, SUPPORTED_VERSIONS, _Cursor, _Parser, show
+
+if TYPE_CHECKING:
+    import mmap
 
 @dataclass(frozen=True)
 class GGUFHeader:
@@ -94,9 +97,28 @@ def read_header(path: str | os.PathLike[str]) -> GGUFHeader:
         raise OutputError(f"{p}: is {kind}; pass the .gguf file itself")
     try:
         with open(p, "rb") as f:
-            return read_header_from(f, os.fstat(f.fileno()).st_size, p)
+            size = os.fstat(f.fileno()).st_size
+            return read_header_from(f, size, p, _map(f.fileno(), size))
     except OSError as exc:
         raise OutputError(f"{p}: cannot read it ({exc.strerror})") from None
+
+
+def _map(fd: int, size: int) -> mmap.mmap | None:
+    """The whole file, mapped read-only, or None where it cannot be (then it is read).
+
+    Parsed in place, a 150k-token vocabulary's ~6 MB header is neither read into a buffer nor
+    copied out of it: its string arrays stay views of the page cache, which the writer copies
+    straight to a new file. Fresh anonymous memory costs ~3.5 us a page on these VMs (~11 ms of
+    a 44 ms header read). As with any mapped file (llama.cpp maps models too), a file truncated
+    by another process while it is in use faults instead of reading short."""
+    if not size:
+        return None
+    import mmap
+
+    try:
+        return mmap.mmap(fd, size, access=mmap.ACCESS_READ)
+    except (OSError, ValueError):  # a special file, a filesystem that cannot map
+        return None
 
 
 def raw_string(path: Path, kv: KV) -> bytes:
@@ -113,10 +135,11 @@ def parse_header_bytes(data: bytes, name: str = "<bytes>") -> GGUFHeader:
     return read_header_from(io.BytesIO(data), len(data), Path(name))
 
 
-def read_header_from(f: BinaryIO, size: int, path: Path) -> GGUFHeader:
-    """Parse from an open binary file positioned at 0 whose total size is ``size``."""
+def read_header_from(f: BinaryIO, size: int, path: Path, mapped: mmap.mmap | None = None) -> GGUFHeader:
+    """Parse from an open binary file positioned at 0 whose total size is ``size``, or from
+    ``mapped``, the same file memory-mapped whole."""
     name = str(path)
-    c = _Cursor(f, size, name)
+    c = _Cursor(f, size, name, mapped)
     if size < 4:
         raise TruncatedError(
             f"{name}: the file is {size} bytes, too short for the 4-byte GGUF magic (empty or "

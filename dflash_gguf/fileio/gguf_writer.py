@@ -31,10 +31,10 @@ from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Sequence
 
 from ..errors import OutputError
 from .gguf_constants import GGML_QUANT_SIZES, GGUF_DEFAULT_ALIGNMENT, GGMLQuantizationType, GGUFValueType
-from .kv_encode import encode_header, encode_kv, encode_tensor_info
+from .kv_encode import encode_header, encode_kv_parts, encode_tensor_info
 from .span_copy import FileSpan, copy_span, nonzero, write_all
 from .string_array import StringArray
-from .types import KV
+from .types import KV, NumberArray
 
 if TYPE_CHECKING:  # numpy is imported where an array is written (a producer made one already)
     import numpy as np
@@ -105,7 +105,8 @@ def write_gguf(
     try:
         header, align = _header(arch, kvs, tensors)
         with open(tmp, "r+b", buffering=0) as fout:
-            write_all(fout, memoryview(header))
+            for part in header:
+                write_all(fout, memoryview(part))
             _pad(fout, fout.tell(), align)
             total = _write_data(fout, tensors, align, progress)
             # The data may end in a hole (a seek writes nothing): the size must still cover it.
@@ -119,8 +120,9 @@ def write_gguf(
     return WriteReport(path=path, n_tensors=len(tensors), n_kv=len(kvs) + 1, file_size=size, tensor_bytes=total)
 
 
-def _header(arch: str, kvs: Sequence[KV], tensors: Sequence[TensorOut]) -> tuple[bytes, int]:
-    """Header, metadata and tensor infos as GGUFWriter writes them, and the data alignment.
+def _header(arch: str, kvs: Sequence[KV], tensors: Sequence[TensorOut]) -> tuple[list[bytes], int]:
+    """Header, metadata and tensor infos as GGUFWriter writes them (in pieces, written in
+    order), and the data alignment.
 
     As there: ``general.architecture`` comes first (not at all when ``arch`` is empty or None:
     GGUFWriter.add_string skips falsy values), a repeated key keeps its first place and takes
@@ -130,7 +132,7 @@ def _header(arch: str, kvs: Sequence[KV], tensors: Sequence[TensorOut]) -> tuple
     for kv in kvs:
         if kv.key == "general.alignment":
             align = int(kv.value)
-        if kv.type == GGUFValueType.ARRAY and not isinstance(kv.value, StringArray):
+        if kv.type == GGUFValueType.ARRAY and not isinstance(kv.value, (StringArray, NumberArray)):
             kv = KV(kv.key, list(kv.value), kv.type, kv.sub_type)  # any iterable, as a sequence
         pairs[kv.key] = kv
     infos, offset, names = [], 0, set()
@@ -140,8 +142,10 @@ def _header(arch: str, kvs: Sequence[KV], tensors: Sequence[TensorOut]) -> tuple
         names.add(t.name)
         infos.append(encode_tensor_info(t.name, _info_shape(t.shape, t.ggml_type), t.ggml_type, offset))
         offset += -(-t.nbytes // align) * align
-    body = [encode_kv(kv.key, kv.value, kv.type, kv.sub_type) for kv in pairs.values()]
-    return b"".join([encode_header(len(tensors), len(pairs)), *body, *infos]), align
+    parts = [encode_header(len(tensors), len(pairs))]
+    for kv in pairs.values():
+        parts += encode_kv_parts(kv.key, kv.value, kv.type, kv.sub_type)
+    return [*parts, *infos], align
 
 
 def _info_shape(shape: tuple[int, ...], qtype: GGMLQuantizationType) -> tuple[int, ...]:

@@ -12,7 +12,7 @@ from typing import Any, BinaryIO
 from .gguf_constants import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFValueType
 from .header_errors import InvalidKVError, InvalidTensorInfoError, LimitError, TruncatedError
 from .string_array import StringArray, item_starts
-from .types import KV
+from .types import KV, NumberArray
 
 MAGIC = b"GGUF"
 SUPPORTED_VERSIONS = (2, 3)
@@ -50,13 +50,17 @@ def show(name: str, limit: int = 80) -> str:
 class _Cursor:
     """Sequential reads from the start of a file, bounds-checked against its size.
 
-    Bytes are read in growing chunks into one buffer, so parsing a big vocabulary costs a
-    handful of read() calls, and nothing past the header is ever read.
+    A mapped file is parsed in place. Otherwise bytes are read in growing chunks into one
+    buffer, so parsing a big vocabulary costs a handful of read() calls, and nothing past the
+    header is ever read.
     """
 
-    def __init__(self, f: BinaryIO, size: int, name: str) -> None:
+    def __init__(self, f: BinaryIO, size: int, name: str, mapped: Any = None) -> None:
         self.f, self.size, self.name = f, size, name
-        self.buf = bytearray()
+        # ``mapped``: the whole file, memory-mapped (gguf_header._map): nothing to read, and
+        # ``copy`` hands out views instead of copies
+        self.buf = bytearray() if mapped is None else mapped
+        self.mapped = mapped is not None
         self.pos = 0
 
     def truncated(self, what: str, end: int) -> TruncatedError:
@@ -72,6 +76,14 @@ class _Cursor:
         self.buf += chunk
         if len(self.buf) < end:  # the file shrank while we read it
             raise self.truncated("the header", end)
+
+    def copy(self, start: int, end: int) -> bytes | memoryview:
+        """Bytes ``[start, end)``: a read-only view of a mapped file, or one copy of the bytes
+        read (slicing the bytearray would make two; fresh pages are what a megabyte costs)."""
+        if self.mapped:
+            return memoryview(self.buf)[start:end]  # type: ignore[return-value]
+        with memoryview(self.buf) as m:
+            return m[start:end].tobytes()
 
     def take(self, n: int, what: str) -> int:
         start, end = self.pos, self.pos + n
@@ -142,8 +154,8 @@ class _Parser:
             start = c.take(struct.calcsize(fmt), f"the {n:,} {item.name} items of {what}")
             values = struct.unpack_from(fmt, c.buf, start)
             if item == GGUFValueType.BOOL:
-                values = tuple(v != 0 for v in values)
-            return values, item
+                return tuple(v != 0 for v in values), item
+            return NumberArray(values, item, c.copy(start, c.pos)), item
         if item == GGUFValueType.STRING:
             return self.string_array(n, what), item
         if depth + 1 >= MAX_ARRAY_DEPTH:
@@ -160,18 +172,27 @@ class _Parser:
         # Every item has an 8-byte length prefix: check the lower bound before the walk.
         if first + 8 * n > c.size:
             raise c.truncated(f"the {n:,} strings of {what}", first + 8 * n)
-        # Only the array's end is found here, each length added to the position (~90 ns an
+        # Only the array's end is found here, each length added to the position (~75 ns an
         # item; a vocabulary has ~300k); the items' starts are found if a lookup needs them
         # (StringArray). A pass runs over the bytes read so far; each pass starts at item
         # ``i0``, whose length field is at ``mark``.
-        unpack, pos, i, i0, mark = _U64.unpack_from, first, 0, 0, first
+        pos, i, i0, mark = first, 0, 0, first
         while i < n:
-            buf = c.buf
-            try:
-                for i in range(i, n):  # i: the item whose length is read next
-                    pos += 8 + unpack(buf, pos)[0]
-                i = n
-            except (struct.error, OverflowError):  # item i's length is past the bytes read
+            # The u64 at ``pos`` is item ``pos >> 3`` of the view of the bytes from ``pos & 7``
+            # on: one index, no tuple, ~15 % faster than Struct.unpack_from. The views pin the
+            # buffer, so they are released before it grows.
+            with memoryview(c.buf) as whole:
+                q = [whole[k:k + (len(whole) - k) // 8 * 8].cast("Q") for k in range(8)]
+                try:
+                    for i in range(i, n):  # i: the item whose length is read next
+                        pos += 8 + q[pos & 7][pos >> 3]
+                    i = n
+                except IndexError:  # item i's length is past the bytes read
+                    pass
+                finally:
+                    for v in q:
+                        v.release()
+            if i < n:
                 if pos > c.size:
                     self._item_past_end(i0, mark, what)
                 if pos + 8 > c.size:
@@ -182,7 +203,7 @@ class _Parser:
             self._item_past_end(i0, mark, what)
         if pos > len(c.buf):
             c.fill(pos)
-        raw = bytes(c.buf[first:pos])
+        raw = c.copy(first, pos)
         # The walk skipped the per-item length cap; no item can exceed it unless the whole
         # array does, and then the starts show which one.
         if pos - first > MAX_STRING_BYTES:

@@ -22,9 +22,9 @@ class StringArray(Sequence[str]):
 
     __slots__ = ("_raw", "_n", "_box")
 
-    def __init__(self, raw: bytes, starts: array | int) -> None:
+    def __init__(self, raw: bytes | memoryview, starts: array | int) -> None:
         """``raw``: the items, each still prefixed by its u64 length, already bounds-checked
-        (every length stays inside ``raw``). ``starts``: the byte offset of each item's text
+        (every length stays inside ``raw``); a read-only view into a mapped file is not copied. ``starts``: the byte offset of each item's text
         inside ``raw``, or just the number of items, the offsets then found when first needed."""
         self._raw = raw
         self._n = starts if isinstance(starts, int) else len(starts)
@@ -46,13 +46,13 @@ class StringArray(Sequence[str]):
         """Item ``i`` exactly as stored (tokens need not be valid UTF-8)."""
         s = self._starts[i]
         n = _LEN.unpack_from(self._raw, s - 8)[0]
-        return self._raw[s:s + n]
+        return bytes(self._raw[s:s + n])
 
     def raw_items(self) -> list[bytes]:
         """Every item exactly as stored."""
         return [self.item_bytes(i) for i in range(len(self))]
 
-    def encoded(self) -> bytes:
+    def encoded(self) -> bytes | memoryview:
         """The items as a GGUF file stores them (each a u64 length, then its bytes): what a
         writer copies to write the same array again, with no per-item work."""
         return self._raw
@@ -79,15 +79,24 @@ class StringArray(Sequence[str]):
     def __iter__(self) -> Iterator[str]:
         return (self._item(i) for i in range(len(self)))
 
+    def _bytes(self) -> bytes:
+        """The raw items as ``bytes``, for a search or a comparison (a view into a mapped file
+        is copied once, the first time one needs it)."""
+        raw = self._raw
+        if not isinstance(raw, bytes):
+            raw = self._raw = bytes(raw)
+        return raw
+
     def index(self, value: str, start: int = 0, stop: int | None = None) -> int:  # type: ignore[override]
         needle = _LEN.pack(len(value.encode())) + value.encode()
-        pos = self._raw.find(needle)
+        raw = self._bytes()
+        pos = raw.find(needle)
         starts = self._starts if pos >= 0 else None
         while pos >= 0:
             j = bisect_left(starts, pos + 8)
             if j < len(starts) and starts[j] == pos + 8 and start <= j and (stop is None or j < stop):
                 return j
-            pos = self._raw.find(needle, pos + 1)
+            pos = raw.find(needle, pos + 1)
         raise ValueError(f"{value!r} is not in the array")
 
     def __contains__(self, value: object) -> bool:
@@ -101,7 +110,7 @@ class StringArray(Sequence[str]):
 
     def same_as(self, other: "StringArray") -> bool:
         """Byte-identical arrays (two well-formed arrays with equal raw bytes are equal)."""
-        return len(self) == len(other) and self._raw == other._raw
+        return len(self) == len(other) and self._bytes() == other._bytes()
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, StringArray):

@@ -122,7 +122,8 @@ def target_from_gguf(path: str | Path) -> TargetInfo:
                 raise TargetError(f"{p}: {key} is a nested array, which no llama.cpp tokenizer key uses; re-convert the target")
             # A string array stays the stored bytes (a 150k-token vocabulary is not decoded
             # here; the writer copies the bytes); its items read as str, or bytes where invalid.
-            values = f.value.exact() if isinstance(f.value, StringArray) else list(f.value)
+            # A numeric one stays a NumberArray (its stored bytes are copied too).
+            values = f.value.exact() if isinstance(f.value, StringArray) else f.value
             kvs.append(KV(key, values, T.ARRAY, f.sub_type))
         else:
             if f.type == T.STRING and "\ufffd" in f.value:

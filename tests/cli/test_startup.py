@@ -55,9 +55,12 @@ CASES = [
 ]
 
 
-def run_fresh(args: list) -> tuple[int, set[str]]:
-    """Exit code and imported top-level packages of ``dflash-gguf ARGS`` in a new interpreter."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+def run_fresh(args: list, env: dict[str, str] | None = None) -> tuple[int, set[str]]:
+    """Exit code and imported top-level packages of ``dflash-gguf ARGS`` in a new interpreter
+    (stdout and stderr are pipes, and nothing in the environment forces a terminal unless
+    ``env``, added to it, does)."""
+    env = {**{k: v for k, v in os.environ.items() if k not in ("FORCE_COLOR", "TTY_COMPATIBLE")},
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])), **(env or {})}
     proc = subprocess.run([sys.executable, "-c", _RUNNER, *map(str, args)], capture_output=True, text=True,
                           env=env, cwd=ROOT, timeout=120)
     report = json.loads(proc.stderr.strip().splitlines()[-1])
@@ -77,3 +80,26 @@ def test_the_runner_sees_heavy_imports():
     got, modules = run_fresh(["check", "--deep", DRAFTER])
     assert got == 0
     assert "numpy" in modules
+
+
+# Output that is plain lines on a pipe is written without rich (~25 ms to import): a convert's
+# summary, and the --json documents.
+PLAIN = [
+    (["check", "--json", DRAFTER], 0),
+    (["inspect", "--json", DRAFTER], 0),
+    (["convert", FIXTURES / "drafters" / "gemma-style", "--target-gguf", FIXTURES / "targets" / "llama-tiny.gguf",
+      "-o", "{out}"], 0),
+]
+
+
+@pytest.mark.parametrize("args,code", PLAIN, ids=[" ".join(str(a).rsplit("/", 1)[-1] for a in c[0][:2]) for c in PLAIN])
+def test_plain_output_on_a_pipe_skips_rich(tmp_path, args, code):
+    args = [str(a).format(out=tmp_path / "out.gguf") for a in args]
+    got, modules = run_fresh(args)
+    assert got == code
+    assert "rich" not in modules
+    # the same output for people, where the environment forces a terminal: rendered by rich
+    # (the probe is not vacuous)
+    (tmp_path / "out.gguf").unlink(missing_ok=True)
+    got, modules = run_fresh([a for a in args if a != "--json"], env={"FORCE_COLOR": "1"})
+    assert got == code and "rich" in modules

@@ -105,10 +105,11 @@ def test_alignment_is_honoured():
     assert h.alignment == 64 and h.data_offset % 64 == 0 and h.tensors[0].offset_abs == h.data_offset
 
 
-@pytest.mark.parametrize("minimal_reads", [False, True])
-def test_big_vocab_across_buffer_refills(monkeypatch, tmp_path, minimal_reads):
-    # A tiny first read forces the string-array walk through its slow path; with minimal
-    # reads (grow the buffer only to the byte asked for) it takes the slow path on every item.
+@pytest.mark.parametrize("mode", ["mapped", "reads", "minimal_reads"])
+def test_big_vocab_across_buffer_refills(monkeypatch, tmp_path, mode):
+    # Mapped, the walk sees the whole file at once. Read (a file that cannot be mapped), a tiny
+    # first read forces the string-array walk through its slow path; with minimal reads (grow
+    # the buffer only to the byte asked for) it takes the slow path on every item.
     toks = [f"tok{i}" + "x" * (i % 13) for i in range(3000)]
     w = gguf.GGUFWriter(tmp_path / "v.gguf", "llama")
     w.add_token_list(toks)
@@ -116,12 +117,24 @@ def test_big_vocab_across_buffer_refills(monkeypatch, tmp_path, minimal_reads):
     w.add_tensor("t", np.zeros(4, np.float32))
     w.write_header_to_file(); w.write_kv_data_to_file(); w.write_tensors_to_file(); w.close()
     monkeypatch.setattr(header_records, "_FIRST_READ", 64)
-    if minimal_reads:
-        def fill(self, end):
+    fills = []
+    real_fill = gh._Cursor.fill
+
+    def fill(self, end):
+        fills.append(end)
+        if mode == "minimal_reads":
             self.buf += self.f.read(end - len(self.buf))
-        monkeypatch.setattr(gh._Cursor, "fill", fill)
+        else:
+            real_fill(self, end)
+    monkeypatch.setattr(gh._Cursor, "fill", fill)
+    if mode != "mapped":
+        monkeypatch.setattr(gh, "_map", lambda fd, size: None)
     h = read_header(tmp_path / "v.gguf")
     tokens = h.get("tokenizer.ggml.tokens")
+    # mapped: nothing read, the arrays are views of the mapping; read: many refills, copies
+    assert (len(fills) == 0) == (mode == "mapped") and (len(fills) > 500) == (mode == "minimal_reads")
+    assert isinstance(tokens.encoded(), memoryview) == (mode == "mapped")
+    assert tokens == parse_header_bytes((tmp_path / "v.gguf").read_bytes()).get("tokenizer.ggml.tokens")
     assert list(tokens) == toks and len(h.get("tokenizer.ggml.merges")) == 500
     assert tokens.index("tok2999" + "x" * (2999 % 13)) == 2999
     assert "tok13" in tokens and "tok" not in tokens and "tok1" not in tokens  # a prefix of an item is not an item

@@ -302,14 +302,14 @@ def test_header_is_gguf_py_s(tmp_path, alignment):
     infos = [("w", (4, 64), Q.BF16, 512), ("q", (2, 64), Q.Q8_0, 136), ("k", (1, 256), Q.Q4_K, 144),
              ("n", (64,), Q.F32, 256), ("h", (3, 5), Q.F16, 30), ("s", (), Q.F32, 4), ("b", (), Q.BF16, 2)]
     tensors = [TensorOut(n, s, t, nb, lambda: None) for n, s, t, nb in infos]
-    ours, align = gguf_writer._header("test", kvs, tensors)
+    parts, align = gguf_writer._header("test", kvs, tensors)
     assert align == (alignment or 32)
-    assert ours == _gguf_py_header(tmp_path / "plain.gguf", "test", kvs, infos)
+    assert b"".join(parts) == _gguf_py_header(tmp_path / "plain.gguf", "test", kvs, infos)
     # no architecture (a file whose general.architecture is not a string): none written, as there
     for arch in ("", None):
-        assert gguf_writer._header(arch, kvs, tensors)[0] == _gguf_py_header(tmp_path / "none.gguf", arch, kvs, infos)
+        assert b"".join(gguf_writer._header(arch, kvs, tensors)[0]) == _gguf_py_header(tmp_path / "none.gguf", arch, kvs, infos)
     # and an empty array with a known item type, which gguf-py refuses but GGUF allows
-    empty, _ = gguf_writer._header("test", [KV("a.none", [], T.ARRAY, T.UINT32)], tensors[:1])
+    empty = b"".join(gguf_writer._header("test", [KV("a.none", [], T.ARRAY, T.UINT32)], tensors[:1])[0])
     assert empty[24:].startswith(b"".join([
         len(b"general.architecture").to_bytes(8, "little"), b"general.architecture", (8).to_bytes(4, "little"),
         (4).to_bytes(8, "little"), b"test", len(b"a.none").to_bytes(8, "little"), b"a.none",

@@ -67,3 +67,47 @@ def test_string_array_from_a_file_is_copied_as_stored(monkeypatch):
     arr = parse_header_bytes(bytes(blob)).kv[key.decode()].value
     assert isinstance(arr, StringArray)
     assert encode_array(arr, T.STRING) == encode_array(arr.exact(), T.STRING) == gguf_py(items, T.STRING)
+
+
+def _array_file(key: str, body: bytes) -> bytes:
+    head = b"GGUF" + (3).to_bytes(4, "little") + (0).to_bytes(8, "little") + (1).to_bytes(8, "little")
+    k = key.encode()
+    return head + len(k).to_bytes(8, "little") + k + int(T.ARRAY).to_bytes(4, "little") + body
+
+
+def test_number_array_from_a_file_is_copied_as_stored(monkeypatch):
+    _writer_endianness(monkeypatch)
+    from dflash_gguf.fileio.kv_encode import encode_kv_parts
+    from dflash_gguf.fileio.types import NumberArray
+
+    types = [1, 3, 6, 1, 2**31 - 1, -(2**31)]
+    arr = parse_header_bytes(_array_file("tokenizer.ggml.token_type", gguf_py(types, T.INT32))).kv[
+        "tokenizer.ggml.token_type"].value
+    assert isinstance(arr, NumberArray) and arr == tuple(types)  # still reads as the tuple it was
+    assert encode_array(arr, T.INT32) == gguf_py(types, T.INT32)
+    head, items = encode_kv_parts("k", arr, T.ARRAY, T.INT32)
+    assert items is arr.packed and head + items == encode_array_kv("k", types, T.INT32)
+    # written as another item type: re-packed from the values (and range-checked) as before
+    assert encode_array(arr, T.INT64) == gguf_py(types, T.INT64)
+    assert encode_array(arr, T.UINT32) is None  # negative items: left to gguf-py, which refuses them
+
+    # a float32 NaN keeps its payload bit for bit (re-packing would go through a Python float)
+    nan_bits = (0x7FA00001).to_bytes(4, "little")
+    body = int(T.FLOAT32).to_bytes(4, "little") + (2).to_bytes(8, "little") + nan_bits + (0x80000000).to_bytes(4, "little")
+    scores = parse_header_bytes(_array_file("tokenizer.ggml.scores", body)).kv["tokenizer.ggml.scores"].value
+    assert isinstance(scores, NumberArray) and math.isnan(scores[0]) and math.copysign(1, scores[1]) == -1
+    assert encode_array(scores, T.FLOAT32) == body
+
+
+def test_bool_arrays_are_not_copied_as_stored():
+    # GGUF readers treat any nonzero byte as true; writers write 1: a stored 2 is normalised
+    body = int(T.BOOL).to_bytes(4, "little") + (2).to_bytes(8, "little") + bytes([2, 0])
+    flags = parse_header_bytes(_array_file("a.flags", body)).kv["a.flags"].value
+    assert flags == (True, False)
+    assert encode_array(flags, T.BOOL) == int(T.BOOL).to_bytes(4, "little") + (2).to_bytes(8, "little") + bytes([1, 0])
+
+
+def encode_array_kv(key: str, values, sub_type) -> bytes:
+    from dflash_gguf.fileio.kv_encode import encode_kv
+
+    return encode_kv(key, list(values), T.ARRAY, sub_type)
