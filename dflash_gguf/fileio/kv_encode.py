@@ -50,7 +50,12 @@ def encode_array(values: Any, sub_type: T | None) -> bytes | None:
     items = _items(values, sub_type)
     if items is None:
         return None
-    return _U32.pack(sub_type) + _U64.pack(n) + items
+    return _array_prefix(sub_type, n) + items
+
+
+def _array_prefix(sub_type: T, n: int) -> bytes:
+    """What precedes an array's items: u32 item type | u64 count."""
+    return _U32.pack(sub_type) + _U64.pack(n)
 
 
 def _items(values: Any, sub_type: T) -> bytes | None:
@@ -135,7 +140,7 @@ def encode_kv(key: str, value: Any, vtype: T, sub_type: T | None = None) -> byte
         return head + encode_string(value)
     if vtype == T.ARRAY and sub_type is not None:
         if len(value) == 0:
-            return head + _U32.pack(sub_type) + _U64.pack(0)
+            return head + _array_prefix(sub_type, 0)
         body = encode_array(value, sub_type)
         if body is not None:
             return head + body
@@ -148,7 +153,7 @@ def encode_kv_parts(key: str, value: Any, vtype: T, sub_type: T | None = None) -
     if vtype == T.ARRAY and sub_type is not None and len(value):
         items = _stored_items(value, sub_type)
         if items is not None:
-            return [encode_string(key) + _U32.pack(vtype) + _U32.pack(sub_type) + _U64.pack(len(value)), items]
+            return [encode_string(key) + _U32.pack(vtype) + _array_prefix(sub_type, len(value)), items]
     return [encode_kv(key, value, vtype, sub_type)]
 
 

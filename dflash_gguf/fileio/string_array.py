@@ -24,8 +24,9 @@ class StringArray(Sequence[str]):
 
     def __init__(self, raw: bytes | memoryview, starts: array | int) -> None:
         """``raw``: the items, each still prefixed by its u64 length, already bounds-checked
-        (every length stays inside ``raw``); a read-only view into a mapped file is not copied. ``starts``: the byte offset of each item's text
-        inside ``raw``, or just the number of items, the offsets then found when first needed."""
+        (every length stays inside ``raw``); a read-only view into a mapped file is not copied.
+        ``starts``: the byte offset of each item's text inside ``raw``, or just the number of
+        items, the offsets then found when first needed."""
         self._raw = raw
         self._n = starts if isinstance(starts, int) else len(starts)
         # A one-item list, shared with the ``exact()`` view: whichever needs the starts first

@@ -39,9 +39,9 @@ class NumberArray(tuple):
     to 0/1."""
 
     item: GGUFValueType
-    packed: bytes
+    packed: bytes | memoryview  # a view where the header was read from a mapped file
 
-    def __new__(cls, values: Sequence[Any], item: GGUFValueType, packed: bytes) -> "NumberArray":
+    def __new__(cls, values: Sequence[Any], item: GGUFValueType, packed: bytes | memoryview) -> "NumberArray":
         self = super().__new__(cls, values)
         self.item, self.packed = item, packed
         return self
