@@ -26,7 +26,8 @@ from ._common import err, error_line
 # registered command on every run (~35 ms for all of them). --help, an unknown command or no
 # command imports them all. tests/cli/test_app.py checks this table against the registrations.
 COMMANDS = {
-    "convert": ("convert", "retarget"),
+    "convert": ("convert",),
+    "retarget": ("retarget",),
     "inspect": ("inspect",),
     "quantize": ("quantize",),
     "checks": ("check-instruct", "check"),

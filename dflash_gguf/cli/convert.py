@@ -1,4 +1,4 @@
-"""`convert` and `retarget`: parse flags, call the library, render the plan / summary."""
+"""`convert`: parse flags, call the library, render the plan / summary."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -7,18 +7,14 @@ from typing import TYPE_CHECKING, Annotated, Optional
 import typer
 
 from ..convert.outtypes import OUTTYPES
-from ..formats import FORMATS
 from ._app import app
 from ._common import byte_progress, esc, out, print_json, warn
+from ._options import DryRunOpt, ForceOpt, FormatOpt, JsonOpt
 
 if TYPE_CHECKING:  # the converter (numpy, gguf-py, safetensors) is imported when a command runs
     from ..convert import ConvertResult
     from ..convert.plan import ConversionPlan
 
-FormatOpt = Annotated[str, typer.Option("--format", "-f", help=f"Output flavour: {', '.join(FORMATS)}.")]
-ForceOpt = Annotated[bool, typer.Option("--force", help="Overwrite OUT if it exists.")]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON on stdout.")]
-DryRunOpt = Annotated[bool, typer.Option("--dry-run", help="Print the plan; write nothing.")]
 
 
 @app.command("convert")
@@ -55,40 +51,6 @@ def convert_cmd(
         print_json(_result_json(result))
     else:
         render_summary(result)
-
-
-@app.command("retarget")
-def retarget_cmd(
-    src: Annotated[Path, typer.Argument(help="An existing drafter GGUF (any of the four formats).")],
-    output: Annotated[Optional[Path], typer.Option("-o", "--outfile", help="Output GGUF path.")] = None,
-    format: FormatOpt = "llama.cpp",
-    target_gguf: Annotated[Optional[Path], typer.Option("--target-gguf", help="Add the target's tokenizer (for files that lack one).")] = None,
-    target_dir: Annotated[Optional[Path], typer.Option("--target-dir", help="Same, from the target's Hugging Face dir.")] = None,
-    dry_run: DryRunOpt = False,
-    json_out: JsonOpt = False,
-    force: ForceOpt = False,
-) -> None:
-    """Rewrite a drafter GGUF into another runtime's format; tensor bytes are not touched.
-
-    Fixes "unknown model architecture" and wrong tap offsets without re-converting.
-    """
-    from ..convert import retarget  # its writer imports numpy and gguf-py when it writes
-
-    result = retarget(src, output, format=format, target_gguf=target_gguf, target_dir=target_dir, force=force,
-                      dry_run=dry_run)
-    if json_out:
-        print_json({"source_format": result.source_format, "format": result.target_format, "architecture": result.arch,
-                    "tensors": [{"from": a, "to": b} for a, b in result.renamed],
-                    "output": None if result.written is None else str(result.written.path)})
-        return
-    out.print(f"{esc(src.name)}: [bold]{result.source_format}[/bold] → [bold]{result.target_format}[/bold] "
-              f"(architecture {result.arch})")
-    changed = [(a, b) for a, b in result.renamed if a != b]
-    for a, b in changed:
-        out.print(f"  {a} → {b}", markup=False)
-    out.print(f"  {len(result.renamed)} tensors, {len(changed)} renamed, bytes unchanged", markup=False)
-    if result.written is not None:
-        out.print(f"wrote {result.written.path} ({result.written.file_size:,} bytes)", markup=False)
 
 
 def render_plan(plan: ConversionPlan) -> None:

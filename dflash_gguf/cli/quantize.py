@@ -8,6 +8,7 @@ import typer
 
 from ._app import app
 from ._common import byte_progress, esc, out, print_json
+from ._options import JsonOpt
 
 
 @app.command("quantize")
@@ -17,7 +18,7 @@ def quantize_cmd(
     ftype: Annotated[str, typer.Argument(help="q8_0 or q4_k_m (case-insensitive).")] = "q8_0",
     allow_requantize: Annotated[bool, typer.Option("--allow-requantize", help="Accept already-quantized inputs.")] = False,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the per-tensor plan; write nothing.")] = False,
-    json_out: Annotated[bool, typer.Option("--json", help="Print machine-readable JSON on stdout.")] = False,
+    json_out: JsonOpt = False,
     force: Annotated[bool, typer.Option("--force", help="Overwrite DST if it exists.")] = False,
     threads: Annotated[Optional[int], typer.Option("--threads", help="Worker threads (default: all usable cores); "
                                                   "the output is the same for any count.")] = None,

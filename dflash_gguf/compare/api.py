@@ -72,7 +72,7 @@ def _apply_conversion_transforms(d: Path, report: CompareReport, matched: _Match
     """What convert changes on purpose, applied to the checkpoint side (or noted): interleaved
     rope rows permuted to NeoX, and MiMo's target tables (mask_embedding.pt)."""
     from ..config import load_config
-    from ..convert.mask_embedding import MASK_FILE
+    from ..config import MASK_FILE
     from ..convert.plan import NEOX_PERMUTED
     from ..errors import ConfigError
 

@@ -28,6 +28,7 @@ UNHONOURED_KNOBS = {
                             "rope.freq_base (its converter drops this key too)",
 }
 LAYER_TYPES = ("sliding_attention", "full_attention")
+MASK_FILE = "mask_embedding.pt"  # MiMo's side file beside config.json: the mask token's own embedding
 
 
 @dataclass(frozen=True)

@@ -7,14 +7,10 @@ from __future__ import annotations
 
 import importlib
 
-# Eager, unlike the rest: ``retarget`` is also the name of its submodule, and importing that
-# submodule later would rebind the package attribute to the module. The module is cheap to
-# import (the writer is imported when it writes).
-from .retarget import RetargetResult, retarget  # noqa: F401
-
 _EXPORTS = {name: "checkpoint" for name in
             ("Conversion", "ConvertResult", "convert", "encode", "plan_conversion", "write_conversion")}
-__all__ = [*_EXPORTS, "RetargetResult", "retarget"]
+_EXPORTS.update(RetargetResult="retargeting", retarget="retargeting")
+__all__ = list(_EXPORTS)
 
 
 def __getattr__(name: str):

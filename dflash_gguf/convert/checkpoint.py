@@ -9,18 +9,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterable, Iterator
 
-from ..config import DrafterConfig, load_config
+from ..config import MASK_FILE, DrafterConfig, load_config
 from ..errors import TargetError, UsageError
 from ..fileio.gguf_constants import GGMLQuantizationType as Q
 from ..fileio.gguf_writer import FileSpan, TensorOut, WriteReport, write_gguf
 from ..fileio.safetensors import SourceTensor, bf16_bytes_to_f32, iter_raw, read_inventory, read_raw, to_f32
 from ..formats import get_format
 from ..target.info import check_drafter_fits, load_target
-from .mask_embedding import EMBED, MASK_FILE, MaskEmbedding, load_mask_embedding, patch_row, target_tables
 from .plan import ROPE_FREQS, ConversionPlan, TensorPlan, build_plan, llama3_rope_factors
 
 if TYPE_CHECKING:  # numpy: imported where tensor data is converted, never for a plain copy
     import numpy as np
+
+    from .mask_embedding import MaskEmbedding  # imported for MiMo-style drafters only
 
 # BF16 tensors up to this size become F32 without numpy (the norms of a bf16 conversion: with
 # the rest copied as stored, a conversion then never imports numpy, ~0.15 s of its start)
@@ -72,6 +73,8 @@ def plan_conversion(
         )
     extra, mask = {}, None
     if (Path(drafter_dir) / MASK_FILE).is_file():
+        from .mask_embedding import EMBED, load_mask_embedding, target_tables
+
         extra = target_tables(cfg, inventory, target_gguf, target_dir)
         mask = load_mask_embedding(drafter_dir, cfg, extra[EMBED].dtype)
     plan = build_plan(cfg, fmt, inventory, outtype, tokenizer=tokenizer, target_hidden=target_hidden,
@@ -140,6 +143,8 @@ def neox_permute(raw: np.ndarray, head_dim: int) -> np.ndarray:
 
 
 def _patched(src: SourceTensor, mask: MaskEmbedding) -> Iterator[np.ndarray]:
+    from .mask_embedding import patch_row
+
     first = 0
     for chunk in iter_raw(src):
         yield patch_row(chunk, first, mask)

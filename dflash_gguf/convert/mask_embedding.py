@@ -12,11 +12,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..config import DrafterConfig, load_target_config
+from ..config import MASK_FILE, DrafterConfig, load_target_config
 from ..errors import ConfigError, TargetError, UsageError, WeightsError
 from ..fileio.safetensors import FLOAT_DTYPES, SourceTensor, read_inventory
 
-MASK_FILE = "mask_embedding.pt"
 EMBED, HEAD = "embed_tokens.weight", "lm_head.weight"  # drafter checkpoint names (without "model.")
 _GGUF_FLOATS = {"F32": "F32", "F16": "F16", "BF16": "BF16"}  # GGML type name -> safetensors dtype
 

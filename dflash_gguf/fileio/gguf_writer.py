@@ -26,10 +26,10 @@ import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Sequence
 
 from ..errors import OutputError
+from .ahead import ReadAhead
 from .gguf_constants import GGML_QUANT_SIZES, GGUF_DEFAULT_ALIGNMENT, GGMLQuantizationType, GGUFValueType
 from .kv_encode import encode_header, encode_kv_parts, encode_tensor_info
 from .span_copy import FileSpan, copy_span, nonzero, write_all
@@ -182,15 +182,8 @@ def _write_data(fout, tensors: Sequence[TensorOut], align: int, progress: Progre
 
     total = 0
     written = [0] * len(tensors)
-    it = stream()
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        pending = pool.submit(next, it, None)
-        while True:
-            item = pending.result()
-            if item is None:
-                break
-            pending = pool.submit(next, it, None)
-            i, chunk = item
+    with ReadAhead(stream()) as items:
+        for i, chunk in items:
             t = tensors[i]
             if chunk is None:
                 if written[i] != t.nbytes:

@@ -7,6 +7,7 @@ size; ``_Parser`` turns the bytes into KV pairs and tensor infos, each failure i
 from __future__ import annotations
 
 import struct
+from itertools import repeat
 from typing import Any, BinaryIO
 
 from .gguf_constants import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFValueType
@@ -27,6 +28,7 @@ MAX_STRING_BYTES = 64 << 20   # chat templates are ~10 KB; llama.cpp allows 1 Gi
 MAX_NAME_BYTES = 1 << 16      # keys and tensor names (llama.cpp limits tensor names to 63)
 MAX_ARRAY_ITEMS = 1 << 24
 MAX_ARRAY_DEPTH = 4           # llama.cpp refuses nested arrays; gguf-py can write them
+_WALK_BLOCK = 4096            # string-array items walked per block (_Parser.string_array)
 _FIRST_READ = 256 << 10
 
 _U8, _U16, _U32, _U64, _I64 = (struct.Struct(f) for f in ("<B", "<H", "<I", "<Q", "<q"))
@@ -184,11 +186,21 @@ class _Parser:
             with memoryview(c.buf) as whole:
                 q = [whole[k:k + (len(whole) - k) // 8 * 8].cast("Q") for k in range(8)]
                 try:
-                    for i in range(i, n):  # i: the item whose length is read next
-                        pos += 8 + q[pos & 7][pos >> 3]
-                    i = n
-                except IndexError:  # item i's length is past the bytes read
-                    pass
+                    # Blocks of items without a counter (~15 % faster); the block that runs
+                    # past the bytes read is walked again, counting, to find the item.
+                    while i < n:
+                        k, p = min(n - i, _WALK_BLOCK), pos
+                        for _ in repeat(None, k):
+                            p += 8 + q[p & 7][p >> 3]
+                        pos, i = p, i + k
+                except IndexError:
+                    try:
+                        for i in range(i, n):  # i: the item whose length is read next
+                            pos += 8 + q[pos & 7][pos >> 3]
+                        else:
+                            i = n
+                    except IndexError:  # item i's length is past the bytes read
+                        pass
                 finally:
                     for v in q:
                         v.release()

@@ -7,7 +7,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..config import DrafterConfig, load_config, load_target_config
+from ..config import MASK_FILE, DrafterConfig, load_config, load_target_config
 from ..errors import UsageError, WeightsError
 from ..fileio.safetensors import FLOAT_DTYPES, read_inventory, read_raw, to_f32
 from .drafter import DFlashDrafter
@@ -167,9 +167,6 @@ def target_from_state(spec: TargetSpec, state: dict[str, torch.Tensor], *, dtype
     return target
 
 
-MASK_EMBEDDING = "mask_embedding.pt"
-
-
 def read_mask_embedding(drafter_dir: Path, cfg: DrafterConfig) -> torch.Tensor | None:
     """MiMo's side file: one vector that replaces the MASK token's embedding row (the released
     checkpoint's own row is ~zero). vLLM (``qwen3_dflash.py``, PR #46104) and SGLang load it
@@ -180,7 +177,7 @@ def read_mask_embedding(drafter_dir: Path, cfg: DrafterConfig) -> torch.Tensor |
         WeightsError: an unreadable file, another mask id, a per-position table, or a vector
             that is not ``hidden_size`` long.
     """
-    path = drafter_dir / MASK_EMBEDDING
+    path = drafter_dir / MASK_FILE
     if not path.is_file():
         return None
     try:
@@ -263,8 +260,8 @@ def drafter_from_gguf(gguf_path: str | Path, config: str | Path | DrafterConfig 
             # the GGUF holds llama3 scaling as a rope_freqs tensor; the reference rebuilds it from the config
             gcfg = replace(gcfg, rope_scaling=cfg.rope_scaling, raw={**gcfg.raw, "rope_scaling": cfg.raw.get("rope_scaling")})
         notes = compare_with_config(gcfg, cfg, gguf_path)
-        if (cfg.path.parent / MASK_EMBEDDING).is_file():
-            notes.append(f"the checkpoint ships {MASK_EMBEDDING} (the MASK row vLLM and SGLang substitute); the GGUF "
+        if (cfg.path.parent / MASK_FILE).is_file():
+            notes.append(f"the checkpoint ships {MASK_FILE} (the MASK row vLLM and SGLang substitute); the GGUF "
                          "has no such tensor, so the GGUF drafter embeds MASK with the target's row")
     state = {k: to_torch(weights.pop(k)) for k in list(weights)}
     model = drafter_from_state(gcfg, state, dtype=dtype, device=device)

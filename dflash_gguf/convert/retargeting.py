@@ -1,4 +1,4 @@
-"""retarget: a drafter GGUF in one format → DrafterMeta → the same tensors renamed, bytes untouched."""
+"""retargeting: a drafter GGUF in one format → DrafterMeta → the same tensors renamed, bytes untouched."""
 from __future__ import annotations
 
 from dataclasses import dataclass
