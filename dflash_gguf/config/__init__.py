@@ -5,4 +5,15 @@ from .drafter import (  # noqa: F401  (the package's public API)
 )
 from .dspark import ALL_DSPARK_ARCHS, DSparkSpec  # noqa: F401
 from .rope import RopeScaling  # noqa: F401
-from .target import TargetConfig, load_target_config, parse_target_config  # noqa: F401
+
+# The target's config is read by --target-dir, parity and the reference only: imported on first
+# use, so a convert from a target GGUF does not create its dataclass (~1 ms of start-up).
+_LAZY = {"TargetConfig", "load_target_config", "parse_target_config"}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        from . import target
+
+        return getattr(target, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

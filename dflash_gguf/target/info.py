@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
-from ..config import DrafterConfig, load_target_config
+from ..config import DrafterConfig
 from ..errors import ConfigError, TargetError, UsageError
 from ..fileio.gguf_constants import GGUFValueType as T
 from ..fileio.gguf_header import GGUFHeader, raw_string, read_header
@@ -194,6 +194,8 @@ def target_from_hf_dir(path: str | Path) -> TargetInfo:
     d = Path(path)
     if not d.is_dir():
         raise TargetError(f"--target-dir {d}: not a directory; pass the target's Hugging Face model dir, or --target-gguf")
+    from ..config import load_target_config
+
     try:
         cfg = load_target_config(d)
     except ConfigError as exc:

@@ -20,8 +20,8 @@ TARGET = FIXTURES / "guards" / "qwen3-8b.gguf"
 SHARD = FIXTURES / "guards" / "qwen3-8b-sharded-00001-of-00002.gguf"
 NOT_GGUF = ROOT / "README.md"
 
-# Run the CLI as `python -m dflash_gguf ARGS`, then report the exit code and the top-level
-# packages that ended up imported.
+# Run the CLI as `python -m dflash_gguf ARGS`, then report the exit code and the modules that
+# ended up imported.
 _RUNNER = """
 import json, runpy, sys
 sys.argv = ["dflash-gguf", *sys.argv[1:]]
@@ -31,7 +31,7 @@ try:
 except SystemExit as exc:
     code = exc.code
 sys.stdout.flush()
-sys.stderr.write("\\n" + json.dumps({"code": code, "modules": sorted({m.split(".")[0] for m in sys.modules})}) + "\\n")
+sys.stderr.write("\\n" + json.dumps({"code": code, "modules": sorted(sys.modules)}) + "\\n")
 """
 
 CASES = [
@@ -55,16 +55,17 @@ CASES = [
 ]
 
 
-def run_fresh(args: list, env: dict[str, str] | None = None) -> tuple[int, set[str]]:
-    """Exit code and imported top-level packages of ``dflash-gguf ARGS`` in a new interpreter
-    (stdout and stderr are pipes, and nothing in the environment forces a terminal unless
-    ``env``, added to it, does)."""
+def run_fresh(args: list, env: dict[str, str] | None = None, *, full: bool = False) -> tuple[int, set[str]]:
+    """Exit code and imported top-level packages (``full``: every module) of ``dflash-gguf
+    ARGS`` in a new interpreter (stdout and stderr are pipes, and nothing in the environment
+    forces a terminal unless ``env``, added to it, does)."""
     env = {**{k: v for k, v in os.environ.items() if k not in ("FORCE_COLOR", "TTY_COMPATIBLE")},
            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])), **(env or {})}
     proc = subprocess.run([sys.executable, "-c", _RUNNER, *map(str, args)], capture_output=True, text=True,
                           env=env, cwd=ROOT, timeout=120)
     report = json.loads(proc.stderr.strip().splitlines()[-1])
-    return report["code"], set(report["modules"])
+    modules = set(report["modules"])
+    return report["code"], modules if full else {m.split(".")[0] for m in modules}
 
 
 @pytest.mark.parametrize("args,code", CASES, ids=[" ".join(str(a).rsplit("/", 1)[-1] for a in c[0]) for c in CASES])
@@ -103,3 +104,21 @@ def test_plain_output_on_a_pipe_skips_rich(tmp_path, args, code):
     (tmp_path / "out.gguf").unlink(missing_ok=True)
     got, modules = run_fresh([a for a in args if a != "--json"], env={"FORCE_COLOR": "1"})
     assert got == code and "rich" in modules
+
+
+# What a bf16 drafter converted against a target GGUF (the data path: stored bytes copied) does
+# not need; each was ~1-6 ms of its start-up (docs/performance.md, "convert").
+NOT_FOR_A_COPY = {"numpy", "gguf", "safetensors", "rich", "concurrent.futures", "dflash_gguf.config.target",
+                  "dflash_gguf.convert.mask_embedding", "dflash_gguf.convert.retargeting", "dflash_gguf.cli.retarget"}
+
+
+def test_a_plain_convert_from_a_target_gguf_imports_only_the_copy_path(tmp_path):
+    drafter, target = FIXTURES / "drafters" / "gemma-style", FIXTURES / "targets" / "llama-tiny.gguf"
+    out = tmp_path / "out.gguf"
+    got, modules = run_fresh(["convert", drafter, "--target-gguf", target, "-o", out], full=True)
+    assert got == 0 and out.is_file()
+    assert "dflash_gguf.convert.checkpoint" in modules and "dflash_gguf.fileio.ahead" in modules
+    assert not modules & NOT_FOR_A_COPY, f"imported {sorted(modules & NOT_FOR_A_COPY)}"
+    # a MiMo-style drafter (mask_embedding.pt) and retarget do import theirs (the probe is not vacuous)
+    got, modules = run_fresh(["retarget", out, "--format", "dflash-draft", "--dry-run"], full=True)
+    assert got == 0 and {"dflash_gguf.convert.retargeting", "dflash_gguf.cli.retarget"} <= modules
