@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import os
 import resource
 import sys
 import time
@@ -124,9 +125,11 @@ def load_ggml():
         import llama_cpp
     except Exception as e:  # noqa: BLE001  (report whatever made it unavailable)
         return None, f"llama_cpp not importable ({type(e).__name__}: {e})"
-    path = Path(llama_cpp.__file__).parent / "lib" / "libggml-base.so"
-    if not path.is_file():
-        return None, f"{path} not found"
+    # LLAMA_CPP_LIB_PATH first, as llama-cpp-python itself loads (`make test` builds there)
+    dirs = [Path(d) for d in (os.environ.get("LLAMA_CPP_LIB_PATH"), Path(llama_cpp.__file__).parent / "lib") if d]
+    path = next((d / "libggml-base.so" for d in dirs if (d / "libggml-base.so").is_file()), None)
+    if path is None:
+        return None, f"libggml-base.so not found in {', '.join(map(str, dirs))}"
     lib = ctypes.CDLL(str(path))
     lib.ggml_quantize_chunk.restype = ctypes.c_size_t
     lib.ggml_quantize_chunk.argtypes = [

@@ -438,9 +438,12 @@ def _ggml_base():
     import ctypes
     import os
 
-    path = Path(os.path.dirname(llama_cpp.__file__)) / "lib" / "libggml-base.so"
-    if not path.is_file():
-        pytest.skip(f"{path} not found")
+    # Where llama-cpp-python loads its libraries from: LLAMA_CPP_LIB_PATH (`make test` builds
+    # them once there and installs the binding without its own build), else its package's lib/.
+    dirs = [os.environ.get("LLAMA_CPP_LIB_PATH"), Path(os.path.dirname(llama_cpp.__file__)) / "lib"]
+    path = next((Path(d) / "libggml-base.so" for d in dirs if d and (Path(d) / "libggml-base.so").is_file()), None)
+    if path is None:
+        pytest.skip(f"libggml-base.so not found in {[str(d) for d in dirs if d]}")
     lib = ctypes.CDLL(str(path))
     lib.ggml_quantize_chunk.restype = ctypes.c_size_t
     lib.ggml_quantize_chunk.argtypes = [
