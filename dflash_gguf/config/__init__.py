@@ -1,4 +1,5 @@
 """Drafter and target configs: config.json → resolved, validated dataclasses."""
+from .._lazy import lazy_exports
 from .drafter import (  # noqa: F401  (the package's public API)
     DFLASH1_ARCH, DFLASH2_ARCH, DrafterConfig, LAYER_TYPES, MASK_FILE, SUPPORTED_ARCHS, build_target_layer_ids,
     load_config, parse_config,
@@ -8,12 +9,5 @@ from .rope import RopeScaling  # noqa: F401
 
 # The target's config is read by --target-dir, parity and the reference only: imported on first
 # use, so a convert from a target GGUF does not create its dataclass (~1 ms of start-up).
-_LAZY = {"TargetConfig", "load_target_config", "parse_target_config"}
-
-
-def __getattr__(name: str):
-    if name in _LAZY:
-        from . import target
-
-        return getattr(target, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_exports(__name__, dict.fromkeys(("TargetConfig", "load_target_config", "parse_target_config"),
+                                                   "target"))

@@ -5,7 +5,7 @@ start-up must not pay for its imports (numpy, gguf-py, safetensors).
 """
 from __future__ import annotations
 
-import importlib
+from .._lazy import lazy_exports
 
 _EXPORTS = {name: "checkpoint" for name in
             ("Conversion", "ConvertResult", "convert", "encode", "plan_conversion", "write_conversion")}
@@ -13,7 +13,4 @@ _EXPORTS.update(RetargetResult="retargeting", retarget="retargeting")
 __all__ = list(_EXPORTS)
 
 
-def __getattr__(name: str):
-    if name in _EXPORTS:
-        return getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_exports(__name__, _EXPORTS)

@@ -14,7 +14,7 @@ The public names below are imported on first use, so importing this package stay
 """
 from __future__ import annotations
 
-import importlib
+from .._lazy import lazy_exports
 
 _EXPORTS = {
     "CHKHSH": "chkhsh", "CHKTXT": "chkhsh", "FAMILY_NAMES": "pretokenizer",
@@ -24,7 +24,4 @@ _EXPORTS = {
 __all__ = list(_EXPORTS)
 
 
-def __getattr__(name: str):
-    if name in _EXPORTS:
-        return getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_exports(__name__, _EXPORTS)
