@@ -15,6 +15,8 @@ from typing import Callable
 from ..errors import WeightsError
 from .safetensors import _in_hole
 
+_SEEK_HOLE = getattr(os, "SEEK_HOLE", None)
+
 Progress = Callable[[int], None]
 
 
@@ -36,7 +38,8 @@ class FileSpan:
 # output pages, each its own page-cache write: 40 % more CPU than cp. A write() from mapped memory
 # fills each output page once: ~0.65x cp's CPU with the reservation below (0.94 GB, warm cache;
 # docs/performance.md, "convert"). Two threads do not help: ext4 serialises writes to one file.
-# Larger pieces measured slower, smaller ones pay per-call overhead.
+# Smaller pieces pay per-call overhead (256 KiB: +30 %); larger ones (4-16 MiB) were as fast or
+# up to 5x slower, in the kernel, from run to run on one machine (docs/performance.md).
 WINDOW_BYTES = 16 << 20
 PIECE_BYTES = 1 << 20
 
@@ -53,17 +56,98 @@ def copy_span(fout, span: FileSpan, hole_bytes: int, progress: Progress | None) 
             raise WeightsError(f"{span.path}: tensor {span.name} needs bytes up to {end:,} but the file ends at "
                                f"{size:,} (truncated? re-fetch the file)")
         shift = fout.tell() - start  # output offset - source offset
-        run = a = start  # run: the first byte not yet written
-        while a < end:
-            b = min(end, a + hole_bytes - (a + shift) % hole_bytes)
-            if _in_hole(fd, a, b - a, size) or _all_zero(fd, a, b):
-                _copy_range(fout, fd, run, a, span, progress)
-                fout.seek(b - a, os.SEEK_CUR)
-                if progress is not None:
-                    progress(b - a)
-                run = b
-            a = b
-        _copy_range(fout, fd, run, end, span, progress)
+        # A span without holes (every dense checkpoint: one lseek says so) has its zero pieces
+        # found in the mapped window it is written from: no lseek and no preads per piece, which
+        # were ~2,700 syscalls for a 1 GB copy (~3 % of it).
+        done = start if _has_hole(fd, start, end) else _copy_mapped(fout, fd, span, shift, hole_bytes, progress)
+        if done < end:  # holes, or a file that cannot be mapped
+            _copy_pieces(fout, fd, span, done, shift, hole_bytes, size, progress)
+
+
+def _has_hole(fd: int, a: int, b: int) -> bool:
+    """Whether the file has a hole that starts before ``b`` (at or after ``a``); False where
+    the system cannot tell (then every piece is checked for zeros anyway)."""
+    if _SEEK_HOLE is None or a >= b:
+        return False
+    try:
+        return os.lseek(fd, a, _SEEK_HOLE) < b  # the end of the file counts as a hole
+    except OSError:
+        return False
+
+
+def _piece_end(a: int, shift: int, hole_bytes: int) -> int:
+    """The source offset where the piece holding ``a`` ends (output offsets cut at ``hole_bytes``)."""
+    return a + hole_bytes - (a + shift) % hole_bytes
+
+
+def _copy_mapped(fout, fd: int, span: FileSpan, shift: int, hole_bytes: int, progress: Progress | None) -> int:
+    """Copy a span with no holes from memory maps of its source, a window at a time, each
+    all-zero piece seeked over. Returns where it stopped: the span's end, or an earlier offset
+    if the file cannot be mapped there."""
+    import mmap
+
+    a, end = span.offset, span.offset + span.nbytes
+    while a < end:
+        # Re-checked per window: a file that shrank would fault (SIGBUS) in the mapped pages.
+        if os.fstat(fd).st_size < end:
+            raise _shrank(span, a)
+        stop = a + WINDOW_BYTES
+        stop -= (stop + shift) % hole_bytes  # windows end where pieces do
+        stop = min(end, stop if stop > a else _piece_end(a, shift, hole_bytes))
+        base = a - a % mmap.ALLOCATIONGRANULARITY
+        try:
+            # MAP_POPULATE maps the whole window in one call instead of a page fault per page.
+            m = mmap.mmap(fd, stop - base, flags=mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0),
+                          prot=mmap.PROT_READ, offset=base)
+        except (OSError, ValueError):  # a file that cannot be mapped (special file, odd filesystem)
+            return a
+        view = memoryview(m)
+        try:
+            run = p = a  # run: the first byte of the window not yet written (or seeked over)
+            while p < stop:
+                q = min(stop, _piece_end(p, shift, hole_bytes))
+                # Dense data almost never starts or ends with a zero byte: no scan for it.
+                if not (view[p - base] or view[q - 1 - base] or nonzero(view[p - base:q - base])):
+                    _write_run(fout, view[run - base:p - base])
+                    fout.seek(q - p, os.SEEK_CUR)
+                    run = q
+                p = q
+            _write_run(fout, view[run - base:stop - base])
+        finally:
+            view.release()
+            try:
+                m.close()
+            except BufferError:  # a failed write's traceback still holds a slice: unmapped when freed
+                pass
+        if progress is not None:
+            progress(stop - a)
+        a = stop
+    return end
+
+
+def _write_run(fout, view: memoryview) -> None:
+    """Mapped source bytes to ``fout``'s position, its blocks reserved first, in PIECE_BYTES writes."""
+    _reserve(fout.fileno(), fout.tell(), view.nbytes)
+    for p in range(0, view.nbytes, PIECE_BYTES):
+        write_all(fout, view[p:p + PIECE_BYTES])
+
+
+def _copy_pieces(fout, fd: int, span: FileSpan, a: int, shift: int, hole_bytes: int, size: int,
+                 progress: Progress | None) -> None:
+    """Copy bytes ``a`` to the end of ``span``, asking the file, piece by piece, which pieces
+    are holes or zeros: for sparse sources and files that cannot be mapped."""
+    end = span.offset + span.nbytes
+    run = a  # the first byte not yet written
+    while a < end:
+        b = min(end, _piece_end(a, shift, hole_bytes))
+        if _in_hole(fd, a, b - a, size) or _all_zero(fd, a, b):
+            _copy_range(fout, fd, run, a, span, progress)
+            fout.seek(b - a, os.SEEK_CUR)
+            if progress is not None:
+                progress(b - a)
+            run = b
+        a = b
+    _copy_range(fout, fd, run, end, span, progress)
 
 
 def _all_zero(fd: int, a: int, b: int) -> bool:

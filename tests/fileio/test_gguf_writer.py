@@ -251,6 +251,30 @@ def test_zero_pieces_and_holes_of_a_span_stay_holes(sparse_fs):
         assert f.read(1 << 20) == np.ones(1 << 18, np.float32).tobytes() and not any(f.read())
 
 
+def test_zero_pieces_of_a_dense_span_are_found_in_its_mapping(sparse_fs, monkeypatch):
+    """A source without holes (every real checkpoint) is not asked piece by piece whether it has
+    any: its written zeros are found in the mapped windows, and still go out as holes."""
+    def per_piece(*args):
+        raise AssertionError("a dense span asked the file about a piece")
+    monkeypatch.setattr(span_copy, "_in_hole", per_piece)
+    monkeypatch.setattr(span_copy, "_all_zero", per_piece)
+    src = sparse_fs / "dense.bin"
+    data = np.ones(1 << 18, np.float32).tobytes()
+    src.write_bytes(data + bytes(8 << 20) + data)  # 1 MiB of data, 8 MiB of written zeros, 1 MiB of data
+    n = src.stat().st_size
+    assert allocated(src) >= n  # no holes: the dense path is the one taken
+    out, seen = sparse_fs / "o.gguf", []
+    write_gguf(out, "test", KVS, [TensorOut("s", (n // 4,), F32, n, lambda: FileSpan(src, 0, n, "s"))],
+               progress=seen.append)
+    assert sum(seen) == n
+    # the data's 1 MiB pieces that hold data (up to two at each end, as the data starts after the
+    # header) and the header's block(s); the zeros between them are holes
+    assert (2 << 20) <= allocated(out) <= (4 << 20) + (64 << 10)
+    with open(out, "rb") as f:
+        f.seek(-n, os.SEEK_END)
+        assert f.read() == src.read_bytes()
+
+
 def test_span_past_the_end_of_its_file_is_a_weights_error(tmp_path):
     src = tmp_path / "short.bin"
     src.write_bytes(bytes(100))
