@@ -8,9 +8,10 @@ are seeked over, so they stay holes in the output.
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 from ..errors import WeightsError
 from .safetensors import _in_hole
@@ -84,25 +85,15 @@ def _copy_mapped(fout, fd: int, span: FileSpan, shift: int, hole_bytes: int, pro
     """Copy a span with no holes from memory maps of its source, a window at a time, each
     all-zero piece seeked over. Returns where it stopped: the span's end, or an earlier offset
     if the file cannot be mapped there."""
-    import mmap
-
     a, end = span.offset, span.offset + span.nbytes
     while a < end:
-        # Re-checked per window: a file that shrank would fault (SIGBUS) in the mapped pages.
-        if os.fstat(fd).st_size < end:
-            raise _shrank(span, a)
         stop = a + WINDOW_BYTES
         stop -= (stop + shift) % hole_bytes  # windows end where pieces do
         stop = min(end, stop if stop > a else _piece_end(a, shift, hole_bytes))
-        base = a - a % mmap.ALLOCATIONGRANULARITY
-        try:
-            # MAP_POPULATE maps the whole window in one call instead of a page fault per page.
-            m = mmap.mmap(fd, stop - base, flags=mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0),
-                          prot=mmap.PROT_READ, offset=base)
-        except (OSError, ValueError):  # a file that cannot be mapped (special file, odd filesystem)
-            return a
-        view = memoryview(m)
-        try:
+        with _mapped(fd, a, stop, span, end) as mapped:
+            if mapped is None:
+                return a
+            view, base = mapped
             run = p = a  # run: the first byte of the window not yet written (or seeked over)
             while p < stop:
                 q = min(stop, _piece_end(p, shift, hole_bytes))
@@ -113,16 +104,39 @@ def _copy_mapped(fout, fd: int, span: FileSpan, shift: int, hole_bytes: int, pro
                     run = q
                 p = q
             _write_run(fout, view[run - base:stop - base])
-        finally:
-            view.release()
-            try:
-                m.close()
-            except BufferError:  # a failed write's traceback still holds a slice: unmapped when freed
-                pass
         if progress is not None:
             progress(stop - a)
         a = stop
     return end
+
+
+@contextmanager
+def _mapped(fd: int, a: int, stop: int, span: FileSpan, need: int) -> Iterator[tuple[memoryview, int] | None]:
+    """Source bytes ``[a, stop)`` mapped read-only: a view of them from the mapping boundary
+    below ``a``, and that boundary's offset; None where the file cannot be mapped. Unmapped on
+    leaving. The file is first checked to still hold ``need`` bytes: one that shrank would fault
+    (SIGBUS) in the mapped pages."""
+    import mmap
+
+    if os.fstat(fd).st_size < need:
+        raise _shrank(span, a)
+    base = a - a % mmap.ALLOCATIONGRANULARITY
+    try:
+        # MAP_POPULATE maps the whole window in one call instead of a page fault per page.
+        m = mmap.mmap(fd, stop - base, flags=mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0),
+                      prot=mmap.PROT_READ, offset=base)
+    except (OSError, ValueError):  # a file that cannot be mapped (special file, odd filesystem)
+        yield None
+        return
+    view = memoryview(m)
+    try:
+        yield view, base
+    finally:
+        view.release()
+        try:
+            m.close()
+        except BufferError:  # a failed write's traceback still holds a slice: unmapped when freed
+            pass
 
 
 def _write_run(fout, view: memoryview) -> None:
@@ -168,31 +182,15 @@ def _copy_range(fout, fd: int, a: int, b: int, span: FileSpan, progress: Progres
     if a >= b:
         return
     _reserve(fout.fileno(), fout.tell(), b - a)
-    import mmap
-
     while a < b:
-        # Re-checked per window: a file that shrank would fault (SIGBUS) in the mapped pages.
-        if os.fstat(fd).st_size < b:
-            raise _shrank(span, a)
-        base = a - a % mmap.ALLOCATIONGRANULARITY
         stop = min(b, a + WINDOW_BYTES)
-        try:
-            # MAP_POPULATE maps the whole window in one call instead of a page fault per page.
-            m = mmap.mmap(fd, stop - base, flags=mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0),
-                          prot=mmap.PROT_READ, offset=base)
-        except (OSError, ValueError):  # a file that cannot be mapped (special file, odd filesystem)
-            _read_write(fout, fd, a, b, span, progress)
-            return
-        view = memoryview(m)
-        try:
+        with _mapped(fd, a, stop, span, b) as mapped:
+            if mapped is None:
+                _read_write(fout, fd, a, b, span, progress)
+                return
+            view, base = mapped
             for p in range(a - base, stop - base, PIECE_BYTES):
                 write_all(fout, view[p:min(stop - base, p + PIECE_BYTES)])
-        finally:
-            view.release()
-            try:
-                m.close()
-            except BufferError:  # a failed write's traceback still holds a slice: unmapped when freed
-                pass
         if progress is not None:
             progress(stop - a)
         a = stop
