@@ -32,7 +32,7 @@ from ..errors import OutputError
 from .ahead import ReadAhead
 from .gguf_constants import GGML_QUANT_SIZES, GGUF_DEFAULT_ALIGNMENT, GGMLQuantizationType, GGUFValueType
 from .kv_encode import encode_header, encode_kv_parts, encode_tensor_info
-from .span_copy import FileSpan, copy_span, nonzero, write_all
+from .span_copy import FileSpan, copy_span, write_all, write_sparse
 from .string_array import StringArray
 from .types import KV, NumberArray
 
@@ -201,7 +201,7 @@ def _write_data(fout, tensors: Sequence[TensorOut], align: int, progress: Progre
                 import numpy as np
 
                 buf = memoryview(np.ascontiguousarray(chunk)).cast("B")
-            _write_sparse(fout, buf)
+            write_sparse(fout, buf, HOLE_BYTES)
             written[i] += buf.nbytes
             total += buf.nbytes
             if progress is not None:
@@ -213,26 +213,6 @@ def _write_data(fout, tensors: Sequence[TensorOut], align: int, progress: Progre
 # of zeros spanning chunk boundaries still frees whole filesystem blocks (any power of two up to
 # 1 MiB): the zero tail of one chunk and the zero head of the next are both seeked over.
 HOLE_BYTES = 1 << 20
-
-
-def _write_sparse(fout, buf: memoryview) -> None:
-    """Write ``buf`` at the current position, seeking over each all-zero piece instead.
-
-    Exact by construction: a piece is skipped only when every byte of it is zero, and the temp
-    file is new, so a range never written reads back as zeros."""
-    pos = fout.tell()
-    n = buf.nbytes
-    run = 0  # start of the bytes not yet written
-    start = 0
-    while start < n:
-        end = min(n, start + HOLE_BYTES - (pos + start) % HOLE_BYTES)
-        # Dense data almost never starts or ends with a zero byte: no full scan for it.
-        if not (buf[start] or buf[end - 1] or nonzero(buf[start:end])):
-            write_all(fout, buf[run:start])
-            fout.seek(end - start, os.SEEK_CUR)
-            run = end
-        start = end
-    write_all(fout, buf[run:])
 
 
 def _pad(fout, n: int, align: int) -> None:

@@ -94,16 +94,7 @@ def _copy_mapped(fout, fd: int, span: FileSpan, shift: int, hole_bytes: int, pro
             if mapped is None:
                 return a
             view, base = mapped
-            run = p = a  # run: the first byte of the window not yet written (or seeked over)
-            while p < stop:
-                q = min(stop, _piece_end(p, shift, hole_bytes))
-                # Dense data almost never starts or ends with a zero byte: no scan for it.
-                if not (view[p - base] or view[q - 1 - base] or nonzero(view[p - base:q - base])):
-                    _write_run(fout, view[run - base:p - base])
-                    fout.seek(q - p, os.SEEK_CUR)
-                    run = q
-                p = q
-            _write_run(fout, view[run - base:stop - base])
+            write_sparse(fout, view[a - base:stop - base], hole_bytes)
         if progress is not None:
             progress(stop - a)
         a = stop
@@ -139,8 +130,28 @@ def _mapped(fd: int, a: int, stop: int, span: FileSpan, need: int) -> Iterator[t
             pass
 
 
+def write_sparse(fout, buf: memoryview, hole_bytes: int) -> None:
+    """Write ``buf`` at the current position, seeking over each all-zero piece instead (pieces
+    cut at output offsets that are multiples of ``hole_bytes``).
+
+    Exact by construction: a piece is skipped only when every byte of it is zero, and the output
+    is a new file, so a range never written reads back as zeros."""
+    pos = fout.tell()
+    n = buf.nbytes
+    run = start = 0  # run: the first byte not yet written (or seeked over)
+    while start < n:
+        end = min(n, start + hole_bytes - (pos + start) % hole_bytes)
+        # Dense data almost never starts or ends with a zero byte: no scan for it.
+        if not (buf[start] or buf[end - 1] or nonzero(buf[start:end])):
+            _write_run(fout, buf[run:start])
+            fout.seek(end - start, os.SEEK_CUR)
+            run = end
+        start = end
+    _write_run(fout, buf[run:])
+
+
 def _write_run(fout, view: memoryview) -> None:
-    """Mapped source bytes to ``fout``'s position, its blocks reserved first, in PIECE_BYTES writes."""
+    """Bytes to ``fout``'s position, their blocks reserved first, in PIECE_BYTES writes."""
     _reserve(fout.fileno(), fout.tell(), view.nbytes)
     for p in range(0, view.nbytes, PIECE_BYTES):
         write_all(fout, view[p:p + PIECE_BYTES])
@@ -179,9 +190,6 @@ def nonzero(piece: memoryview) -> bool:
 def _copy_range(fout, fd: int, a: int, b: int, span: FileSpan, progress: Progress | None) -> None:
     """Source bytes ``[a, b)`` to ``fout``'s position: written from a memory map of the source,
     or read and written where the file cannot be mapped."""
-    if a >= b:
-        return
-    _reserve(fout.fileno(), fout.tell(), b - a)
     while a < b:
         stop = min(b, a + WINDOW_BYTES)
         with _mapped(fd, a, stop, span, b) as mapped:
@@ -189,8 +197,7 @@ def _copy_range(fout, fd: int, a: int, b: int, span: FileSpan, progress: Progres
                 _read_write(fout, fd, a, b, span, progress)
                 return
             view, base = mapped
-            for p in range(a - base, stop - base, PIECE_BYTES):
-                write_all(fout, view[p:min(stop - base, p + PIECE_BYTES)])
+            _write_run(fout, view[a - base:stop - base])
         if progress is not None:
             progress(stop - a)
         a = stop
