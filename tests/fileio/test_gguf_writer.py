@@ -194,6 +194,26 @@ def test_file_spans_write_the_same_bytes(tmp_path, monkeypatch, how):
     assert sum(seen) == report.tensor_bytes == sum(a.nbytes for a in arrays.values())
 
 
+def test_copy_writes_are_cut_at_piece_boundaries_of_the_output(tmp_path, monkeypatch):
+    """Each write of a span stays within one PIECE_BYTES piece of the output, whatever offset
+    the tensor lands at, so it fills whole page-cache folios (see span_copy.PIECE_BYTES)."""
+    monkeypatch.setattr(span_copy, "WINDOW_BYTES", 10_000)
+    monkeypatch.setattr(span_copy, "PIECE_BYTES", 4096)
+    writes = []
+    real = span_copy.write_all
+
+    def record(fout, buf):
+        writes.append((fout.tell(), buf.nbytes))
+        real(fout, buf)
+    monkeypatch.setattr(span_copy, "write_all", record)
+    arrays = mixed_tensors()
+    out = tmp_path / "o.gguf"
+    write_gguf(out, "test", KVS, span_tensors(tmp_path, arrays))
+    assert out.read_bytes() == plain_gguf(tmp_path / "plain.gguf", arrays)
+    assert sum(n for _, n in writes) >= 3 * 4096  # several pieces' worth went through the copy
+    assert [(at, n) for at, n in writes if at // 4096 != (at + n - 1) // 4096] == []
+
+
 def test_failed_write_mid_copy_leaves_no_file(tmp_path, monkeypatch):
     """The write's own error surfaces (not the mapping's clean-up), and no output or temp file
     is left."""
