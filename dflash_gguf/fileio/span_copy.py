@@ -39,11 +39,12 @@ class FileSpan:
 # output pages, each its own page-cache write: 40 % more CPU than cp. A write() from mapped memory
 # fills each output page once: ~0.65x cp's CPU with the reservation below (0.94 GB, warm cache;
 # docs/performance.md, "convert"). Two threads do not help: ext4 serialises writes to one file.
-# Smaller pieces pay per-call overhead (256 KiB: +30 %); larger ones (2-16 MiB) were as fast or
-# up to 5x slower, in the kernel's copy, from run to run on one machine (docs/performance.md).
-# Each write is cut at an output offset that is a multiple of PIECE_BYTES, so it fills whole
-# page-cache folios instead of ending in a partial one that the next write completes: ~10 %
-# less time for a 1 GB copy whose data starts at an odd offset, as a GGUF's does.
+# Smaller pieces pay per-call overhead (256 KiB: +30 %). Larger ones (2-16 MiB) were as fast, but
+# more often up to 5x slower in the kernel's copy (2 MiB: 1 run in ~80; 4 MiB: 1 in 3): on a VM
+# whose freed 2 MiB blocks go back to the host, the larger folios they get cost a host fault
+# (docs/performance.md, convert, session 12). Each write is cut at an output offset that is a
+# multiple of PIECE_BYTES, so it fills whole page-cache folios instead of ending in a partial one
+# that the next write completes: ~8 % less time for a 1 GB copy to an odd offset.
 WINDOW_BYTES = 16 << 20
 PIECE_BYTES = 1 << 20
 
