@@ -17,6 +17,8 @@ shared machine hits every job alike), --repeat rounds:
   ours-dir      `python -m dflash_gguf convert D -o X --target-dir T/` (vocab built from tokenizer.json)
   llama.cpp     `convert_hf_to_gguf.py D --target-model-dir T/ --outfile X` (the vendored converter)
   before-gguf   with --before DIR: ours-gguf of another checkout (e.g. a `git archive` of main)
+  startup       `python -c "import typer"`: the interpreter, site and typer, which every run of
+                ours pays before any of our code (context for the ratio, not part of any goal)
 Every output is deleted before its run (no unlink in the timing) and dirty pages are synced
 between runs. For each job: wall (best and median), CPU (user+sys of the child, from os.wait4)
 and peak RSS (ru_maxrss of the child; a child's starts at its parent's peak, so the inputs are
@@ -170,6 +172,7 @@ def main() -> None:
     if args.before:  # run from that checkout's root: `python -m` imports from its cwd first
         before = args.before.resolve()
         jobs["before-gguf"] = ([*ours, "--target-gguf", str(tgguf)], {**ours_env, "PYTHONPATH": str(before)}, before)
+    jobs["startup"] = ([py, "-c", "import typer"], ours_env, ROOT)
     if not args.no_reference:
         jobs["llama.cpp"] = ([py, str(llama_src / "convert_hf_to_gguf.py"), str(d), "--target-model-dir", str(tdir),
                               "--outfile", str(out), "--outtype", "auto"], ref_env, ROOT)
@@ -199,7 +202,7 @@ def main() -> None:
         walls = [w for w, _, _ in rs]
         best[name] = min(walls)
         print(f"{name:10} {min(walls):8.2f}s {statistics.median(walls):6.2f}s {min(c for _, c, _ in rs):7.2f}s "
-              f"{max(m for _, _, m in rs) / MiB:7.0f}MiB   {size / 1e6 / min(walls):6.0f}")
+              f"{max(m for _, _, m in rs) / MiB:7.0f}MiB   " + ("     -" if name == "startup" else f"{size / 1e6 / min(walls):6.0f}"))
 
     def med(name: str) -> float:
         return statistics.median(w for w, _, _ in results[name])
@@ -210,6 +213,8 @@ def main() -> None:
     if "before-gguf" in best:
         print(f"ratio cp / before-gguf      best {best['cp'] / best['before-gguf']:.2f}x, median "
               f"{med('cp') / med('before-gguf'):.2f}x")
+    print(f"start-up before our code (interpreter, site, typer): median {med('startup'):.3f} s of ours-gguf's "
+          f"{med('ours-gguf'):.3f} s")
     write = [a - b for (a, _, _), (b, _, _) in zip(results["ours-gguf"], results["gguf-dry"])]
     print(f"ours-gguf minus its dry run (header + tensor data written): best {min(write):.2f} s, median "
           f"{statistics.median(write):.2f} s -> cp / that: best {best['cp'] / max(min(write), 1e-3):.2f}x, median "
