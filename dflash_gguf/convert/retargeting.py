@@ -3,17 +3,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import Callable
 
 from ..errors import GGUFFormatError, TargetError, UsageError
 from ..fileio.gguf_constants import GGUFValueType as T
 from ..fileio.gguf_header import show
 from ..fileio.gguf_reader import read_gguf
+from ..fileio.gguf_writer import FileSpan, TensorOut, WriteReport, write_gguf
 from ..formats import Format, get_format, meta_from_gguf
 from ..formats.meta import ROPE_SECTIONS, without_mask
-
-if TYPE_CHECKING:
-    from ..fileio.gguf_writer import WriteReport
 
 
 @dataclass(frozen=True)
@@ -37,10 +35,6 @@ def retarget(
     progress: Callable[[int], None] | None = None,
 ) -> RetargetResult:
     """Rewrite a drafter GGUF into another format: keys re-spelled, tensors renamed, bytes untouched."""
-    # here, not at the top: the writer imports numpy and gguf-py, and the package's __init__
-    # imports this module (see there)
-    from ..fileio.gguf_writer import FileSpan, TensorOut, write_gguf
-
     to_fmt: Format = get_format(format)
     f = read_gguf(src)
     from_fmt, meta = meta_from_gguf(f.kvs, f.shapes(), src)
