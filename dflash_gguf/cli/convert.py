@@ -9,7 +9,7 @@ import typer
 from ..convert.outtypes import OUTTYPES
 from ._app import app
 from ._common import byte_progress, esc, out, print_json, warn
-from ._options import DryRunOpt, ForceOpt, FormatOpt, JsonOpt
+from ._options import DryRunOpt, ForceOpt, FormatOpt, JsonOpt, OutfileOpt
 
 if TYPE_CHECKING:  # the converter (numpy, gguf-py, safetensors) is imported when a command runs
     from ..convert import ConvertResult
@@ -20,7 +20,7 @@ if TYPE_CHECKING:  # the converter (numpy, gguf-py, safetensors) is imported whe
 @app.command("convert")
 def convert_cmd(
     drafter_dir: Annotated[Path, typer.Argument(help="Drafter dir: config.json + model.safetensors (or sharded index).")],
-    output: Annotated[Optional[Path], typer.Option("-o", "--outfile", help="Output GGUF path.")] = None,
+    output: OutfileOpt = None,
     format: FormatOpt = "llama.cpp",
     outtype: Annotated[str, typer.Option("--outtype", "-t", help=f"{', '.join(OUTTYPES)}; norms and 1-D stay F32.")] = "auto",
     target_gguf: Annotated[Optional[Path], typer.Option("--target-gguf", help="Target model GGUF: tokenizer.* copied.")] = None,

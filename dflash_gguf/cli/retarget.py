@@ -12,13 +12,13 @@ import typer
 
 from ._app import app
 from ._common import esc, out, print_json
-from ._options import DryRunOpt, ForceOpt, FormatOpt, JsonOpt
+from ._options import DryRunOpt, ForceOpt, FormatOpt, JsonOpt, OutfileOpt
 
 
 @app.command("retarget")
 def retarget_cmd(
     src: Annotated[Path, typer.Argument(help="An existing drafter GGUF (any of the four formats).")],
-    output: Annotated[Optional[Path], typer.Option("-o", "--outfile", help="Output GGUF path.")] = None,
+    output: OutfileOpt = None,
     format: FormatOpt = "llama.cpp",
     target_gguf: Annotated[Optional[Path], typer.Option("--target-gguf", help="Add the target's tokenizer (for files that lack one).")] = None,
     target_dir: Annotated[Optional[Path], typer.Option("--target-dir", help="Same, from the target's Hugging Face dir.")] = None,
