@@ -54,6 +54,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         result = app(args=args, prog_name="dflash-gguf", standalone_mode=False)
         code = result if isinstance(result, int) else 0
+        if code == Interrupted.exit_code:  # typer returns Ctrl-C as a bare 130 (no command returns it)
+            err.print(f"error: {Interrupted.__doc__}", markup=False)
     except DflashError as exc:
         if debug:
             raise

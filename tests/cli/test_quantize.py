@@ -31,3 +31,15 @@ def test_any_thread_count_writes_the_same_file(cli, tmp_path):
     default = tmp_path / "default.gguf"
     assert cli("quantize", src, default, "q4_k_m")[0] == 0
     assert outs[0] == outs[1] == default.read_bytes()
+
+
+def test_ctrl_c_is_one_line_and_exit_130(cli, tmp_path, monkeypatch):
+    """typer turns a KeyboardInterrupt into a silent Exit(130): the CLI still says what happened."""
+    from dflash_gguf.quants import gguf_file
+
+    def interrupted(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(gguf_file, "quantize_gguf", interrupted)
+    code, out, err = cli("quantize", tmp_path / "in.gguf", tmp_path / "out.gguf", "q8_0")
+    assert code == 130 and err.strip() == "error: Ctrl-C: the partial output was removed." and out == ""
