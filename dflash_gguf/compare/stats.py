@@ -12,7 +12,6 @@ fresh, page-faulting allocation.
 from __future__ import annotations
 
 import math
-import threading
 from dataclasses import dataclass, field
 from typing import Iterable
 
@@ -20,6 +19,7 @@ import numpy as np
 from gguf import GGMLQuantizationType as Q
 
 from ..errors import QuantizationError
+from ..quants.scratch import Scratch
 from .bands import _FLOATS
 from .kernels import block_check
 from .report import TensorComparison
@@ -102,25 +102,7 @@ def _chunk(job: _Job, r0: int, r1: int) -> _Stats:
         return _chunk_stats(job, r0, r1)
 
 
-class _Scratch(threading.local):
-    """Per-thread buffers the chunk loop reuses (grow-only; a chunk's arrays never outlive it).
-
-    Fresh ~1 MB temporaries per chunk cost more than the arithmetic: glibc hands freed memory
-    at the top of the heap back to the OS, so each chunk's arrays were page-faulted in again
-    (1.5 million faults, 3-4 s of system time, comparing a 1 GB F16 file)."""
-
-    def __init__(self) -> None:
-        self.bufs: dict[str, np.ndarray] = {}
-
-    def get(self, role: str, n: int, dtype: type = np.uint8) -> np.ndarray:
-        size = n * np.dtype(dtype).itemsize
-        buf = self.bufs.get(role)
-        if buf is None or buf.size < size:
-            buf = self.bufs[role] = np.empty(size, np.uint8)
-        return buf[:size].view(dtype)
-
-
-_scratch = _Scratch()
+_scratch = Scratch()
 
 
 def _chunk_stats(job: _Job, r0: int, r1: int) -> _Stats:

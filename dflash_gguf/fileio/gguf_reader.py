@@ -68,18 +68,19 @@ class GGUFFile:
 class TensorReader:
     """Positional reads of tensor bytes (``os.preadv``): safe from several threads at once, and
     nothing stays resident afterwards, unlike pages of ``GGUFFile.raw``'s memory map, which count
-    in the process's RSS for as long as the map lives. Use as a context manager (one descriptor).
+    in the process's RSS for as long as the map lives. Use as a context manager (one descriptor);
+    ``path`` is the GGUF's (``GGUFFile.path``).
 
     Raises:
         OutputError: the file cannot be opened.
     """
 
-    def __init__(self, f: GGUFFile) -> None:
-        self.path = f.path
+    def __init__(self, path: str | Path) -> None:
+        self.path = path
         try:
-            self._fd = os.open(f.path, os.O_RDONLY)
+            self._fd = os.open(path, os.O_RDONLY)
         except OSError as exc:
-            raise OutputError(f"{f.path}: cannot read it ({exc.strerror})") from None
+            raise OutputError(f"{path}: cannot read it ({exc.strerror})") from None
 
     def __enter__(self) -> TensorReader:
         return self

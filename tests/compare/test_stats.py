@@ -135,24 +135,3 @@ def test_nonfinite_checkpoint_value_is_named_by_the_quantizer(converted, tmp_pat
     assert list(row) == ["blk.0.ffn_up.weight"]
     bad = row["blk.0.ffn_up.weight"]
     assert "source-nonfinite" in bad.flags and "non-finite value (inf) at index (1, 3)" in bad.detail
-
-
-def test_scratch_buffers_are_reused_per_thread_and_grow():
-    """The chunk loop's buffers: the same memory chunk after chunk (no page faults per chunk),
-    grown when a bigger chunk comes, and never shared between worker threads."""
-    import threading
-
-    from dflash_gguf.compare.stats import _Scratch
-
-    sc = _Scratch()
-    a = sc.get("x", 100, np.float32)
-    assert a.dtype == np.float32 and a.size == 100
-    b = sc.get("x", 50, np.float32)
-    assert np.shares_memory(a, b) and b.size == 50
-    c = sc.get("x", 1000, np.float32)
-    assert c.size == 1000 and sc.get("x", 10).size == 10 and not np.shares_memory(sc.get("y", 10), c)
-    other = {}
-    t = threading.Thread(target=lambda: other.setdefault("x", sc.get("x", 10, np.float32)))
-    t.start()
-    t.join()
-    assert not np.shares_memory(other["x"], c)

@@ -19,7 +19,7 @@ def small_gguf(path):
 
 def test_positional_reads_equal_the_mapped_bytes(tmp_path):
     f = read_gguf(small_gguf(tmp_path / "s.gguf"))
-    with TensorReader(f) as r:
+    with TensorReader(f.path) as r:
         for t in f.tensors:
             assert np.array_equal(r.read(t, 0, t.nbytes), f.raw(t))
             buf = np.full(t.nbytes + 16, 7, np.uint8)
@@ -32,7 +32,7 @@ def test_input_that_shrinks_while_read_is_a_format_error(tmp_path):
     src = small_gguf(tmp_path / "s.gguf")
     f = read_gguf(src)
     t = f.tensors[-1]
-    with TensorReader(f) as r:
+    with TensorReader(f.path) as r:
         assert r.read(t, 0, 8).size == 8
         os.truncate(src, t.offset_abs + 4)
         with pytest.raises(GGUFFormatError, match=f"tensor {t.name} needs bytes up to {t.end:,}"):
@@ -44,4 +44,4 @@ def test_unreadable_file_is_an_output_error(tmp_path):
     f = read_gguf(src)
     os.unlink(src)
     with pytest.raises(OutputError, match="cannot read it"):
-        TensorReader(f)
+        TensorReader(f.path)
