@@ -169,6 +169,10 @@ class BlockQuant:
     # The compiled kernel (``_numba.kernel`` name) that gives quantize_blocks' bytes faster and
     # runs instead of it while numba is enabled; None: numpy only.
     numba_kernel: ClassVar[str | None] = None
+    # The numpy path fits each block by a search of many small NumPy calls (the K-quants): on
+    # threads they wait on each other for the GIL, so a large job runs them in worker processes
+    # (workers.py). A cheap one-pass type (Q8_0, Q5_0) stays on threads: the pipe costs more.
+    numpy_search: ClassVar[bool] = False
 
     def __init_subclass__(cls, qtype: GGMLQuantizationType | None = None, **kwargs) -> None:
         super().__init_subclass__(**kwargs)

@@ -9,11 +9,11 @@ decodes them to float32, refuses NaN/inf and quantizes; the writer takes the res
 order. At most ``2 * threads + 1`` tasks are under way, across tensor boundaries, so the workers
 never wait for a tensor's last task and peak memory is a few tasks' buffers, not a tensor or the
 model. The bytes do not depend on the thread count or the task size: every ggml quantizer is
-block-local, and tasks split at whole rows.
+block-local, and tasks split at whole rows. On the numpy path the quantize tasks of a large job
+run in worker processes instead of threads (``workers``: the GIL, not the cores, bounds that path).
 """
 from __future__ import annotations
 
-import threading
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -29,6 +29,7 @@ from ..fileio.gguf_reader import GGUFFile, TensorReader, read_gguf
 from ..fileio.gguf_writer import TensorOut, WriteReport, write_gguf
 from ..fileio.types import KV, TensorInfo
 from .layout import QuantEntry, requantize_layout
+from .scratch import Scratch
 
 #: Input values per quantization task (whole rows; one row when a row is longer).
 TASK_VALUES = 1 << 20
@@ -86,36 +87,48 @@ def quantize_gguf(
     from . import default_threads
 
     by_name = {t.name: t for t in f.tensors}
-    with _Pipeline(f, default_threads() if threads is None else int(threads)) as pipe:
+    n_threads = default_threads() if threads is None else int(threads)
+    from . import workers
+
+    with _Pipeline(f, n_threads, processes=workers.worth_it(n_threads, entries)) as pipe:
         outs = [TensorOut(e.name, e.shape, e.ggml_type, e.nbytes, pipe.add(by_name[e.name], e)) for e in entries]
         report = write_gguf(out, f.arch, kvs, outs, force=force, progress=progress)
     return QuantizeResult(ftype, kvs, entries, report)
 
 
 class _Pipeline:
-    """The tasks of every tensor in file order, run on a thread pool a bounded window ahead of
-    the writer, which takes each tensor's results through the producer ``add`` returned."""
+    """The tasks of every tensor in file order, run on a thread pool (or, for quantize tasks with
+    ``processes``, on worker processes) a bounded window ahead of the writer, which takes each
+    tensor's results through the producer ``add`` returned."""
 
-    def __init__(self, f: GGUFFile, threads: int) -> None:
+    def __init__(self, f: GGUFFile, threads: int, *, processes: bool = False) -> None:
         self.file = f
         self.threads = threads
+        self.processes = processes
         self.window = 2 * threads + 1
-        self.tasks: list[tuple[int, Callable[[], np.ndarray]]] = []  # (tensor number, work)
+        self.tasks: list[tuple[int, bool, Callable[..., np.ndarray], tuple]] = []  # (tensor, in a process?, fn, args)
         self.n_tensors = 0
         self.submitted = 0
         self.running: deque[tuple[int, Future]] = deque()
         self.reader: TensorReader | None = None
         self.pool: ThreadPoolExecutor | None = None
-        self.local = threading.local()  # per worker: scratch buffers
+        self.procs = None  # workers.start()'s pool, with ``processes``
+        self.scratch = Scratch()  # per worker thread
 
     def __enter__(self) -> _Pipeline:
-        self.reader = TensorReader(self.file)
+        self.reader = TensorReader(self.file.path)
         self.pool = ThreadPoolExecutor(max_workers=self.threads, thread_name_prefix="quantize")
+        if self.processes:
+            from . import workers
+
+            self.procs = workers.start(self.threads)
         return self
 
     def __exit__(self, *exc) -> None:
         for _, fut in self.running:  # after an error: drop what has not started
             fut.cancel()
+        if self.procs is not None:
+            self.procs.shutdown(wait=True, cancel_futures=True)
         self.pool.shutdown(wait=True)  # no worker may read once the reader is closed
         self.reader.close()
 
@@ -123,55 +136,57 @@ class _Pipeline:
         """Queue tensor ``t``'s tasks (to become ``e``); returns its producer for the writer."""
         number, self.n_tensors = self.n_tensors, self.n_tensors + 1
         work = list(_tasks(self, t, e))
-        self.tasks += [(number, w) for w in work]
+        self.tasks += [(number, *w) for w in work]
         return lambda: self._take(number, len(work))
 
     def _take(self, number: int, count: int) -> Iterator[np.ndarray]:
         for _ in range(count):
             while self.submitted < len(self.tasks) and len(self.running) < self.window:
-                n, work = self.tasks[self.submitted]
-                self.running.append((n, self.pool.submit(work)))
+                n, in_process, fn, args = self.tasks[self.submitted]
+                if in_process:
+                    from . import workers
+
+                    fut = self.procs.submit(workers.quantize_rows, str(self.file.path), *args)
+                else:
+                    fut = self.pool.submit(fn, *args)
+                self.running.append((n, fut))
                 self.submitted += 1
             n, fut = self.running.popleft()
             assert n == number, (n, number)  # the writer takes the tensors in the order they were added
             yield fut.result()
 
-    def scratch(self, name: str, nbytes: int) -> np.ndarray:
-        """This worker thread's reusable uint8 buffer ``name``, at least ``nbytes`` long. A fresh
-        multi-MiB buffer per task is page-faulted in and unmapped again each time (kernel time that
-        grows with the thread count); the inputs of a task never outlive it, so they can reuse."""
-        bufs = self.local.__dict__
-        buf = bufs.get(name)
-        if buf is None or buf.size < nbytes:
-            buf = bufs[name] = np.empty(nbytes, np.uint8)
-        return buf[:nbytes]
 
-
-def _tasks(pipe: _Pipeline, t: TensorInfo, e: QuantEntry) -> Iterator[Callable[[], np.ndarray]]:
+def _tasks(pipe: _Pipeline, t: TensorInfo, e: QuantEntry) -> Iterator[tuple[bool, Callable[..., np.ndarray], tuple]]:
+    """Tensor ``t``'s tasks: (run in a worker process?, function, its arguments)."""
     if t.nbytes == 0:  # a zero-element tensor (some ne is 0): no data, no task
         return
     if not e.quantized:  # same type: bytes copied untouched
         for start in range(0, t.nbytes, COPY_BYTES):
-            yield lambda start=start: pipe.reader.read(t, start, min(COPY_BYTES, t.nbytes - start))
+            yield False, pipe.reader.read, (t, start, min(COPY_BYTES, t.nbytes - start))
         return
+    from . import workers
     from .base import registered
 
     cls = registered().get(e.ggml_type)
     if cls is None:
         raise QuantizationError(f"quantizing to {e.ggml_type.name} is not supported")
-    ncols = t.shape[-1]
+    in_process = pipe.processes and workers.in_process(cls)
     rows = prod(t.shape[:-1])
-    row_bytes = t.nbytes // rows
-    step = max(1, TASK_VALUES // ncols)
+    step = max(1, TASK_VALUES // t.shape[-1])
     for r0 in range(0, rows, step):
-        n = min(step, rows - r0)
+        rows_args = (t, r0, min(step, rows - r0), e.ggml_type)
+        # in a process: workers.quantize_rows opens its own reader and has its own scratch
+        yield (True, None, rows_args) if in_process else (False, quantize_rows, (pipe.reader, *rows_args, pipe.scratch))
 
-        def work(r0: int = r0, n: int = n) -> np.ndarray:
-            raw = pipe.reader.read(t, r0 * row_bytes, n * row_bytes, into=pipe.scratch("raw", n * row_bytes))
-            x = _decode(raw, t, r0, n, pipe.scratch("f32", n * ncols * 4).view(np.float32))
-            return cls.quantize_finite(x).reshape(-1)
 
-        yield work
+def quantize_rows(reader: TensorReader, t: TensorInfo, r0: int, n: int, qtype: Q, scratch: Scratch) -> np.ndarray:
+    """Rows ``r0 .. r0 + n`` of ``t`` read, decoded and quantized to ``qtype``: one task's bytes."""
+    from .base import registered
+
+    row_bytes = t.nbytes // prod(t.shape[:-1])
+    raw = reader.read(t, r0 * row_bytes, n * row_bytes, into=scratch.get("raw", n * row_bytes))
+    x = _decode(raw, t, r0, n, scratch.get("f32", n * t.shape[-1], np.float32))
+    return registered()[qtype].quantize_finite(x).reshape(-1)
 
 
 def _decode(raw: np.ndarray, t: TensorInfo, r0: int, n: int, out: np.ndarray) -> np.ndarray:

@@ -227,6 +227,7 @@ def fit_k_subblocks(blocks: np.ndarray, nmax: int, rmin: float, rdelta: float, n
 class Q4_K(BlockQuant, qtype=GGMLQuantizationType.Q4_K):
     chunk_values = 1 << 18
     numba_kernel = "q4_k"
+    numpy_search = True
 
     @classmethod
     def quantize_blocks(cls, blocks: np.ndarray) -> np.ndarray:
@@ -241,6 +242,7 @@ class Q4_K(BlockQuant, qtype=GGMLQuantizationType.Q4_K):
 class Q5_K(BlockQuant, qtype=GGMLQuantizationType.Q5_K):
     chunk_values = 1 << 18
     numba_kernel = "q5_k"
+    numpy_search = True
 
     @classmethod
     def quantize_blocks(cls, blocks: np.ndarray) -> np.ndarray:

@@ -102,6 +102,7 @@ _QX_NUMS = {32: [F32(32) + F32(0.1) * F32(i) for i in (*range(-9, 0), *range(1, 
 class Q6_K(BlockQuant, qtype=GGMLQuantizationType.Q6_K):
     chunk_values = 1 << 18
     numba_kernel = "q6_k"
+    numpy_search = True
 
     @classmethod
     def quantize_blocks(cls, blocks: np.ndarray) -> np.ndarray:
