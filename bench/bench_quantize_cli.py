@@ -17,8 +17,9 @@ Jobs, each a fresh process, run alternately (ours, reference, ours, ...) --repea
   * reference: llama_model_quantize through llama-cpp-python in a fresh python (ftype 15 / 7,
                nthread N), or a llama-quantize binary (--llama-quantize PATH, or found on PATH)
 for N = 2 and N = all cores (one row if they are equal). Wall is time.perf_counter around the
-child, CPU and peak RSS come from the child's own rusage (os.wait4). Outputs are compared byte
-for byte with the reference's (llama_model_quantize writes exactly our KVs: general.file_type and
+child, CPU from the child's own rusage (os.wait4; its worker processes included), peak RSS the
+larger of rusage's and the sum over the child's process tree sampled every 20 ms (the numpy path
+quantizes in worker processes). Outputs are compared byte for byte with the reference's (llama_model_quantize writes exactly our KVs: general.file_type and
 general.quantization_version last, see tests/quants/test_gguf_file.py).
 
     python bench/bench_quantize_cli.py                 # full size (470 M values, ~0.94 GB bf16)
@@ -153,17 +154,44 @@ def make_input(work: Path, scale: float) -> tuple[Path, int]:
 # --- running a job ----------------------------------------------------------------------------
 # The child is started by this small wrapper, not by the bench itself: Linux carries the peak RSS
 # of the process that execs into the child's ru_maxrss, so the parent must stay small (the wrapper
-# is a bare interpreter). It reports the child's wall time and rusage as one JSON line.
+# is a bare interpreter). It reports the child's wall time and rusage as one JSON line. rusage's
+# peak is the largest *single* process of the tree, so a thread samples the whole tree's resident
+# memory (the child and every descendant: the numpy path's worker processes) every 20 ms; the
+# peak reported is the larger of the two. Shared pages count once per process: an upper bound.
 WRAPPER = r'''
-import json, os, sys, time
+import json, os, sys, threading, time
+PAGE = os.sysconf("SC_PAGE_SIZE")
+
+def tree_rss(pid):
+    total, todo = 0, [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            with open(f"/proc/{p}/statm") as f:
+                total += int(f.read().split()[1]) * PAGE
+            for tid in os.listdir(f"/proc/{p}/task"):
+                with open(f"/proc/{p}/task/{tid}/children") as f:
+                    todo += [int(c) for c in f.read().split()]
+        except (OSError, ValueError):  # gone meanwhile
+            pass
+    return total
+
 t0 = time.perf_counter()
 pid = os.fork()
 if pid == 0:
     os.execv(sys.argv[2], sys.argv[2:])
+peak, done = [0], threading.Event()
+
+def sample():
+    while not done.wait(0.02):
+        peak[0] = max(peak[0], tree_rss(pid))
+
+threading.Thread(target=sample, daemon=True).start()
 _, status, ru = os.wait4(pid, 0)
 wall = time.perf_counter() - t0
+done.set()
 with open(sys.argv[1], "w") as f:
-    json.dump({"wall": wall, "cpu": ru.ru_utime + ru.ru_stime, "maxrss_kib": ru.ru_maxrss,
+    json.dump({"wall": wall, "cpu": ru.ru_utime + ru.ru_stime, "maxrss_kib": max(ru.ru_maxrss, peak[0] // 1024),
                "code": os.waitstatus_to_exitcode(status)}, f)
 '''
 
