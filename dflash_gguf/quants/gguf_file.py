@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from math import prod
 from pathlib import Path
@@ -106,7 +107,7 @@ class _Pipeline:
         self.threads = threads
         self.processes = processes
         self.window = 2 * threads + 1
-        self.tasks: list[tuple[int, bool, Callable[..., np.ndarray], tuple]] = []  # (tensor, in a process?, fn, args)
+        self.tasks: list[tuple[int, bool, Callable[..., np.ndarray], tuple]] = []  # (tensor, *_tasks' item)
         self.n_tensors = 0
         self.submitted = 0
         self.running: deque[tuple[int, Future]] = deque()
@@ -143,17 +144,16 @@ class _Pipeline:
         for _ in range(count):
             while self.submitted < len(self.tasks) and len(self.running) < self.window:
                 n, in_process, fn, args = self.tasks[self.submitted]
-                if in_process:
-                    from . import workers
-
-                    fut = self.procs.submit(workers.quantize_rows, str(self.file.path), *args)
-                else:
-                    fut = self.pool.submit(fn, *args)
-                self.running.append((n, fut))
+                self.running.append((n, (self.procs if in_process else self.pool).submit(fn, *args)))
                 self.submitted += 1
             n, fut = self.running.popleft()
             assert n == number, (n, number)  # the writer takes the tensors in the order they were added
-            yield fut.result()
+            try:
+                yield fut.result()
+            except BrokenProcessPool:
+                raise QuantizationError(
+                    "a quantize worker process died (killed, or out of memory?); nothing was written. "
+                    "Re-run; --threads 1 quantizes in this process only") from None
 
 
 def _tasks(pipe: _Pipeline, t: TensorInfo, e: QuantEntry) -> Iterator[tuple[bool, Callable[..., np.ndarray], tuple]]:
@@ -175,8 +175,9 @@ def _tasks(pipe: _Pipeline, t: TensorInfo, e: QuantEntry) -> Iterator[tuple[bool
     step = max(1, TASK_VALUES // t.shape[-1])
     for r0 in range(0, rows, step):
         rows_args = (t, r0, min(step, rows - r0), e.ggml_type)
-        # in a process: workers.quantize_rows opens its own reader and has its own scratch
-        yield (True, None, rows_args) if in_process else (False, quantize_rows, (pipe.reader, *rows_args, pipe.scratch))
+        # in a process, workers.quantize_rows opens its own reader and has its own scratch
+        yield ((True, workers.quantize_rows, (str(pipe.file.path), *rows_args)) if in_process
+               else (False, quantize_rows, (pipe.reader, *rows_args, pipe.scratch)))
 
 
 def quantize_rows(reader: TensorReader, t: TensorInfo, r0: int, n: int, qtype: Q, scratch: Scratch) -> np.ndarray:

@@ -1,4 +1,5 @@
 """quants/workers.py: the numpy path's quantize tasks in worker processes, same bytes as threads."""
+import os
 import subprocess
 import sys
 from types import SimpleNamespace
@@ -67,6 +68,22 @@ def test_a_workers_non_finite_error_reaches_the_cli(tmp_path, monkeypatch, numpy
     assert counted_pool and code == 8, err
     assert "blk.0.ffn_up.weight" in err and "(20, 7)" in err and "Traceback" not in err
     assert not (tmp_path / "x.gguf").exists()
+
+
+def _die(*args):
+    """A worker that dies as an OOM kill would leave it: no exception, no result."""
+    os._exit(3)
+
+
+def test_a_dead_worker_is_one_error_line_and_no_file(tmp_path, monkeypatch, numpy_path, cli):
+    src = odd_gguf(tmp_path / "odd.gguf")
+    monkeypatch.setattr(workers, "MIN_VALUES", 0)
+    monkeypatch.setattr(workers, "quantize_rows", _die)  # pickled by name: the worker imports this module
+    code, _, err = cli("quantize", src, tmp_path / "x.gguf", "q4_k_m", "--threads", "2")
+    assert code == 8 and err.strip().splitlines() == [
+        "error: a quantize worker process died (killed, or out of memory?); nothing was written. "
+        "Re-run; --threads 1 quantizes in this process only"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["odd.gguf"]
 
 
 def test_worth_it_only_for_large_numpy_search_jobs(monkeypatch):
