@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import multiprocessing
 import signal
-from math import prod
 from concurrent.futures import ProcessPoolExecutor
+from math import prod
 from typing import Sequence
 
 import numpy as np
