@@ -149,11 +149,12 @@ class _Pipeline:
             n, fut = self.running.popleft()
             assert n == number, (n, number)  # the writer takes the tensors in the order they were added
             try:
-                yield fut.result()
+                result = fut.result()
             except BrokenProcessPool:
                 raise QuantizationError(
                     "a quantize worker process died (killed, or out of memory?); nothing was written. "
                     "Re-run; --threads 1 quantizes in this process only") from None
+            yield result
 
 
 def _tasks(pipe: _Pipeline, t: TensorInfo, e: QuantEntry) -> Iterator[tuple[bool, Callable[..., np.ndarray], tuple]]:
