@@ -25,6 +25,13 @@ general.quantization_version last, see tests/quants/test_gguf_file.py).
     python bench/bench_quantize_cli.py                 # full size (470 M values, ~0.94 GB bf16)
     python bench/bench_quantize_cli.py --scale 0.2     # 1 layer, smaller ffn, quick
     python bench/bench_quantize_cli.py --backends numba --ftypes q4_k_m --repeat 3
+    python bench/bench_quantize_cli.py --isa avx2      # our AVX2 code paths on an AVX-512 machine
+
+--isa avx2 runs ours with numpy's AVX-512 kernels disabled (NPY_DISABLE_CPU_FEATURES) and numba
+compiling for Zen 3 (NUMBA_CPU_NAME=znver3: AVX2, FMA, no AVX-512), the CPU of the AVX2 machine
+class issue #12 was measured on. The reference needs no such switch: llama-quantize's bf16
+conversion and quantizers (ggml_bf16_to_fp32_row, quantize_q4_K, ...) are in ggml-base, which is
+compiled without -march (only ggml-cpu gets -march=native), so it runs the same code on both.
 """
 from __future__ import annotations
 
@@ -48,6 +55,8 @@ sys.path.insert(0, str(ROOT / "bench"))
 from _models import qwen3_dflash_config, qwen3_dflash_tensors, write_bf16_safetensors  # noqa: E402
 
 FTYPE_IDS = {"q4_k_m": 15, "q8_0": 7}
+# --isa avx2: numpy's dispatch groups above AVX2 (numpy >= 2.3 names; older names are ignored)
+NUMPY_ABOVE_AVX2 = "X86_V4 AVX512_ICL AVX512_SPR AVX512F AVX512CD AVX512_SKX AVX512_CLX AVX512_CNL"
 
 LLAMA_QUANTIZE_PY = r'''
 import sys, llama_cpp
@@ -252,6 +261,8 @@ def main() -> None:
     ap.add_argument("--baseline", type=Path, default=None,
                     help="another checkout of dflash-gguf (e.g. a `git archive` of main) to run alongside, alternated")
     ap.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "dflash-bench-quantize")
+    ap.add_argument("--isa", choices=("native", "avx2"), default="native",
+                    help="avx2: ours without AVX-512 (numpy dispatch and numba codegen), on an AVX-512 machine")
     args = ap.parse_args()
     if args.llama_quantize:  # children run in the work dir
         args.llama_quantize = str(Path(args.llama_quantize).resolve())
@@ -276,12 +287,17 @@ def main() -> None:
     print(f"input: {src} ({src.stat().st_size / 1e9:.2f} GB, {n_values / 1e6:.0f} M values); reference: {ref_kind}")
 
     base_env = {k: v for k, v in os.environ.items() if k != "DFLASH_GGUF_NUMBA"}
+    ours_env = dict(base_env)
+    if args.isa == "avx2":
+        ours_env.update(NPY_DISABLE_CPU_FEATURES=NUMPY_ABOVE_AVX2, NUMBA_CPU_NAME="znver3", NUMBA_CPU_FEATURES="")
+        print(f"ours with --isa avx2: NPY_DISABLE_CPU_FEATURES={NUMPY_ABOVE_AVX2!r} NUMBA_CPU_NAME=znver3 "
+              f"(the reference runs as built: its quantizers are in ggml-base, compiled without -march)")
     checkouts = [("ours", ROOT)] + ([("baseline", args.baseline.resolve())] if args.baseline else [])
     jobs = []  # (label, ftype, threads, argv, env, out)
     for ft in ftypes:
         for n in threads:
             for who, root in checkouts:
-                env_root = dict(base_env, PYTHONPATH=str(root) + os.pathsep + base_env.get("PYTHONPATH", ""))
+                env_root = dict(ours_env, PYTHONPATH=str(root) + os.pathsep + base_env.get("PYTHONPATH", ""))
                 # a checkout without `quantize --threads` always used every core: only that row is comparable
                 has_threads = "--threads" in subprocess.run(
                     [sys.executable, "-m", "dflash_gguf", "quantize", "--help"], env=env_root, cwd=root,
@@ -306,7 +322,7 @@ def main() -> None:
     # the page cache, so no job pays for either
     if "numba" in backends:
         for who, root in checkouts:
-            env = dict(base_env, DFLASH_GGUF_NUMBA="1", PYTHONPATH=str(root))
+            env = dict(ours_env, DFLASH_GGUF_NUMBA="1", PYTHONPATH=str(root))
             run_child([sys.executable, "-c", WARM_NUMBA], env, args.work / "warmup.log")
     with open(src, "rb") as f:
         while f.read(16 << 20):
