@@ -42,3 +42,18 @@ def test_starts_found_on_first_use_equal_the_given_ones():
     assert view[2] == b"\xff\xfe-raw" and list(lazy) == list(eager)
     assert lazy.index("\u00e9") == 4 and "" in lazy and "-raw" not in lazy
     assert StringArray(b"", 0).tolist() == [] and "x" not in StringArray(b"", 0)
+
+
+def test_a_short_slice_walks_only_up_to_its_end():
+    # 3,000 items, one of them invalid UTF-8: the JSON head of a vocabulary (value[:8]) must not
+    # find all 3,000 starts, and must give the items a full walk gives.
+    items = [f"tok{i}".encode() for i in range(3000)]
+    items[5] = b"\xff\xfe-raw"
+    full = make(items)
+    for view in (lambda a: a, lambda a: a.exact()):
+        lazy = view(StringArray(full.encoded(), len(items)))
+        for sl in (slice(0, 8), slice(2, 7, 2), slice(6, None, -1), slice(0, 0), slice(1000, 1023)):
+            assert lazy[sl] == view(full)[sl], sl
+        assert lazy._box[0] is None  # nothing cached: the prefix walks were local
+        assert lazy[2990:] == view(full)[2990:]  # past the prefix limit: one full walk, kept
+        assert lazy._box[0] is not None
