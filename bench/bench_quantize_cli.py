@@ -289,6 +289,7 @@ def main() -> None:
     base_env = {k: v for k, v in os.environ.items() if k != "DFLASH_GGUF_NUMBA"}
     ours_env = dict(base_env)
     if args.isa == "avx2":
+        # NUMBA_CPU_FEATURES="" takes the named CPU's own features; unset, numba adds the host's
         ours_env.update(NPY_DISABLE_CPU_FEATURES=NUMPY_ABOVE_AVX2, NUMBA_CPU_NAME="znver3", NUMBA_CPU_FEATURES="")
         print(f"ours with --isa avx2: NPY_DISABLE_CPU_FEATURES={NUMPY_ABOVE_AVX2!r} NUMBA_CPU_NAME=znver3 "
               f"(the reference runs as built: its quantizers are in ggml-base, compiled without -march)")
