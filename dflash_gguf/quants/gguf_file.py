@@ -29,6 +29,7 @@ from ..errors import QuantizationError, UsageError
 from ..fileio.gguf_reader import GGUFFile, TensorReader, read_gguf
 from ..fileio.gguf_writer import TensorOut, WriteReport, write_gguf
 from ..fileio.types import KV, TensorInfo
+from . import workers
 from .layout import QuantEntry, requantize_layout
 from .scratch import Scratch
 
@@ -89,8 +90,6 @@ def quantize_gguf(
 
     by_name = {t.name: t for t in f.tensors}
     n_threads = default_threads() if threads is None else int(threads)
-    from . import workers
-
     with _Pipeline(f, n_threads, processes=workers.worth_it(n_threads, entries)) as pipe:
         outs = [TensorOut(e.name, e.shape, e.ggml_type, e.nbytes, pipe.add(by_name[e.name], e)) for e in entries]
         report = write_gguf(out, f.arch, kvs, outs, force=force, progress=progress)
@@ -120,8 +119,6 @@ class _Pipeline:
         self.reader = TensorReader(self.file.path)
         self.pool = ThreadPoolExecutor(max_workers=self.threads, thread_name_prefix="quantize")
         if self.processes:
-            from . import workers
-
             self.procs = workers.start(self.threads)
         return self
 
@@ -165,7 +162,6 @@ def _tasks(pipe: _Pipeline, t: TensorInfo, e: QuantEntry) -> Iterator[tuple[bool
         for start in range(0, t.nbytes, COPY_BYTES):
             yield False, pipe.reader.read, (t, start, min(COPY_BYTES, t.nbytes - start))
         return
-    from . import workers
     from .base import registered
 
     cls = registered().get(e.ggml_type)
