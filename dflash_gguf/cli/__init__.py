@@ -13,7 +13,9 @@ from __future__ import annotations
 import gc
 import importlib
 import os
+import signal
 import sys
+import threading
 
 import typer
 
@@ -46,16 +48,42 @@ def _register(args: list[str]) -> None:
         importlib.import_module(f"{__name__}.{name}")
 
 
+_signal_name = "Ctrl-C"  # what interrupted the run, for its one line
+
+
+def _as_interrupt(signum, frame) -> None:
+    # SIGTERM (kill, a CI runner's timeout) and SIGHUP (a closed terminal) unwind like Ctrl-C, so
+    # every ``with`` on the way out runs: partial outputs are removed, servers and workers stopped.
+    global _signal_name
+    _signal_name = signal.Signals(signum).name
+    raise KeyboardInterrupt(_signal_name)
+
+
+
+def _interrupted_line() -> None:
+    err.print(f"error: {Interrupted.__doc__.replace('Ctrl-C', _signal_name)}", markup=False)
+
+
+def _interrupts_from_signals() -> None:
+    """Turn SIGTERM and SIGHUP into KeyboardInterrupt, where they still have their default action
+    (a SIGHUP ignored under nohup stays ignored)."""
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        if signal.getsignal(sig) is signal.SIG_DFL:
+            signal.signal(sig, _as_interrupt)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; returns (and, as a console script, exits with) the exit code."""
     args = sys.argv[1:] if argv is None else list(argv)
     debug = os.environ.get("DFLASH_DEBUG") == "1"
+    if argv is None and threading.current_thread() is threading.main_thread():
+        _interrupts_from_signals()
     _register(args)
     try:
         result = app(args=args, prog_name="dflash-gguf", standalone_mode=False)
         code = result if isinstance(result, int) else 0
         if code == Interrupted.exit_code:  # typer returns Ctrl-C as a bare 130 (no command returns it)
-            err.print(f"error: {Interrupted.__doc__}", markup=False)
+            _interrupted_line()
     except DflashError as exc:
         if debug:
             raise
@@ -64,13 +92,13 @@ def main(argv: list[str] | None = None) -> int:
     except typer.Exit as exc:
         code = exc.exit_code
     except typer.Abort:
-        err.print(f"error: {Interrupted.__doc__}", markup=False)
+        _interrupted_line()
         code = Interrupted.exit_code
     except typer.TyperException as exc:  # typer's vendored click usage errors (exit 2)
         exc.show(file=sys.stderr)
         code = exc.exit_code
     except KeyboardInterrupt:
-        err.print(f"error: {Interrupted.__doc__}", markup=False)
+        _interrupted_line()
         code = Interrupted.exit_code
     if argv is None:
         # The process ends here. Without this, interpreter shutdown's garbage collections walk

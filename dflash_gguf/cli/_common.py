@@ -124,6 +124,12 @@ def note(message: str) -> None:
     err.print(message, markup=False)
 
 
+def note_stale(written: Any) -> None:
+    """A written output's clean-up of earlier, killed runs (``WriteReport.stale_removed``)."""
+    for p in getattr(written, "stale_removed", ()):
+        note(f"note: removed a temp file left by an interrupted run: {p}")
+
+
 @contextmanager
 def byte_progress(total: int, description: str, enabled: bool = True) -> Iterator[Callable[[int], None]]:
     """A rich progress bar over bytes; yields ``advance(n_bytes)``.

@@ -8,7 +8,7 @@ import typer
 
 from ..convert.outtypes import OUTTYPES
 from ._app import app
-from ._common import byte_progress, esc, out, print_json, warn
+from ._common import byte_progress, esc, note_stale, out, print_json, warn
 from ._options import DryRunOpt, ForceOpt, FormatOpt, JsonOpt, OutfileOpt
 
 if TYPE_CHECKING:  # the converter (numpy, gguf-py, safetensors) is imported when a command runs
@@ -34,7 +34,10 @@ def convert_cmd(
     Example: dflash-gguf convert z-lab/Qwen3-8B-DFlash-b16 --target-gguf Qwen3-8B.gguf -o drafter.gguf
     """
     from ..convert import plan_conversion, write_conversion  # numpy, gguf-py, safetensors: see cli/__init__
+    from ..fileio.outputs import check_output
 
+    if output is not None and not dry_run:  # refused now, not after reading the target
+        check_output(output, inputs=(drafter_dir, target_gguf, target_dir), force=force)
     conv = plan_conversion(drafter_dir, format=format, outtype=outtype.lower(), target_gguf=target_gguf,
                            target_dir=target_dir)
     if dry_run:
@@ -47,6 +50,7 @@ def convert_cmd(
         raise typer.BadParameter("missing -o OUT.gguf (or pass --dry-run)", param_hint="-o")
     with byte_progress(conv.plan.total_bytes, f"converting → {output.name}", enabled=not json_out) as advance:
         result = write_conversion(conv, output, force=force, progress=advance)
+    note_stale(result.written)
     if json_out:
         print_json(_result_json(result))
     else:

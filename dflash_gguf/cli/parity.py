@@ -67,6 +67,10 @@ def parity_cmd(
                          top_k=top_k, seed=seed, runs=runs, device=device, dtype=dtype,
                          target_quant=None if target_quant is None else target_quant.lower(), emulate=emulate,
                          draft_context=draft_context, target_backend=target_backend, jobs=jobs)
+    if json_path is not None and str(json_path) != "-":
+        from ..fileio.outputs import check_report
+
+        check_report(json_path, inputs=(target, drafter, *(drafter_gguf or [])))  # now, not after the run
     report = run_parity(target, drafter, prompts, drafter_ggufs=drafter_gguf or [], options=opts, dump=dump,
                         against=against)
     doc = report.to_json()
@@ -75,7 +79,9 @@ def parity_cmd(
         if str(json_path) == "-":
             typer.echo(text, nl=False)
         else:
-            json_path.write_text(text, encoding="utf-8")
+            from ..fileio.outputs import write_text
+
+            write_text(json_path, text, inputs=(target, drafter, *(drafter_gguf or [])))
     if json_path is None or str(json_path) != "-":
         _render(report)
     if not report.lossless:

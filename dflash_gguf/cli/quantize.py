@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 import typer
 
 from ._app import app
-from ._common import byte_progress, esc, out, print_json
+from ._common import byte_progress, esc, note_stale, out, print_json
 from ._options import JsonOpt
 
 
@@ -41,6 +41,7 @@ def quantize_cmd(
         with byte_progress(total, f"quantizing → {dst.name}", enabled=not json_out) as advance:
             result = quantize_gguf(src, dst, ftype, allow_requantize=allow_requantize, force=force, progress=advance,
                                    threads=threads)
+        note_stale(result.written)
     if json_out:
         print_json(result.to_json())
         return

@@ -11,7 +11,7 @@ from typing import Annotated, Optional
 import typer
 
 from ._app import app
-from ._common import esc, out, print_json
+from ._common import esc, note_stale, out, print_json
 from ._options import DryRunOpt, ForceOpt, FormatOpt, JsonOpt, OutfileOpt
 
 
@@ -34,6 +34,7 @@ def retarget_cmd(
 
     result = retarget(src, output, format=format, target_gguf=target_gguf, target_dir=target_dir, force=force,
                       dry_run=dry_run)
+    note_stale(result.written)
     if json_out:
         print_json({"source_format": result.source_format, "format": result.target_format, "architecture": result.arch,
                     "tensors": [{"from": a, "to": b} for a, b in result.renamed],

@@ -45,6 +45,7 @@ class Conversion:
     plan: ConversionPlan
     target_checks: list[str]
     mask: MaskEmbedding | None = None  # MiMo's replacement row for the embedding table
+    inputs: tuple[Path, ...] = ()  # the drafter dir and the target: an output may not replace them
 
 
 def plan_conversion(
@@ -82,7 +83,8 @@ def plan_conversion(
                       mask_row=mask is not None)
     own = {t.name for t in inventory}
     inventory = [*inventory, *(t for t in extra.values() if t.name not in own)]
-    return Conversion(cfg, inventory, plan, notes, mask)
+    inputs = tuple(Path(p) for p in (drafter_dir, target_gguf, target_dir) if p)
+    return Conversion(cfg, inventory, plan, notes, mask, inputs)
 
 
 def write_conversion(conv: Conversion, out: str | Path, *, force: bool = False,
@@ -91,7 +93,7 @@ def write_conversion(conv: Conversion, out: str | Path, *, force: bool = False,
     by_name = {t.name: t for t in conv.inventory}
     plan = conv.plan
     tensors = [TensorOut(p.dst, p.shape, p.ggml_type, p.nbytes, _producer(p, by_name, conv)) for p in plan.tensors]
-    report = write_gguf(out, plan.arch, plan.kvs, tensors, force=force, progress=progress)
+    report = write_gguf(out, plan.arch, plan.kvs, tensors, force=force, inputs=conv.inputs, progress=progress)
     return ConvertResult(plan, conv.config, report, conv.target_checks)
 
 

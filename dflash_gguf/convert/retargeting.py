@@ -58,9 +58,7 @@ def retarget(
         return RetargetResult(from_fmt.name, to_fmt.name, arch, renamed, None)
     if out is None:
         raise UsageError("retarget needs -o OUT.gguf (or --dry-run)")
-    if Path(out).resolve() == Path(src).resolve():
-        raise UsageError("retarget would overwrite its input; choose another -o path")
-    report = write_gguf(out, arch, kvs, tensors, force=force, progress=progress)
+    report = write_gguf(out, arch, kvs, tensors, force=force, inputs=(src, target_gguf, target_dir), progress=progress)
     return RetargetResult(from_fmt.name, to_fmt.name, arch, renamed, report)
 
 

@@ -6,8 +6,9 @@ data section follows: each tensor arrives as row chunks from its producer, the n
 read on a second thread while the current one is written, and bytes go out with plain
 ``write`` (numpy's ``tofile``, which GGUFWriter uses, was 3x slower here). Data is aligned,
 each tensor zero-padded to the alignment, tensor offsets as GGUFWriter computes them.
-The file is written to a temp file in the output directory and renamed at the end: an error
-or Ctrl-C leaves nothing behind, and an existing file is only replaced with ``force``.
+The file is written to a temp file in the output directory and published at the end
+(``outputs``): an error, Ctrl-C, SIGTERM or SIGHUP leaves nothing behind, and an existing file is
+only replaced with ``force``.
 
 All-zero stretches of tensor data and the zero padding are skipped with a seek instead of
 written, and the size is set at the end: a hole reads back as zeros, so the bytes are identical,
@@ -23,7 +24,6 @@ from __future__ import annotations
 
 import os
 import sys
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Sequence
@@ -32,6 +32,7 @@ from ..errors import OutputError
 from .ahead import ReadAhead
 from .gguf_constants import GGML_QUANT_SIZES, GGUF_DEFAULT_ALIGNMENT, GGMLQuantizationType, GGUFValueType
 from .kv_encode import encode_header, encode_kv_parts, encode_tensor_info
+from .outputs import atomic_output, check_output
 from .span_copy import FileSpan, copy_span, write_all, write_sparse
 from .string_array import StringArray
 from .types import KV, NumberArray
@@ -66,6 +67,7 @@ class WriteReport:
     n_kv: int
     file_size: int
     tensor_bytes: int
+    stale_removed: tuple[Path, ...] = ()  # temp files of killed runs, removed (outputs.check_output)
 
 
 def write_gguf(
@@ -75,49 +77,37 @@ def write_gguf(
     tensors: Sequence[TensorOut],
     *,
     force: bool = False,
+    inputs: Iterable[str | os.PathLike | None] = (),
     progress: Progress | None = None,
 ) -> WriteReport:
     """Write a GGUF atomically, one tensor in memory at a time.
 
     ``kvs`` must not contain ``general.architecture`` (GGUFWriter writes it first).
 
+    The output path is checked and published by ``outputs`` (not a device, not one of ``inputs``,
+    not replaced without ``force``, never left half-written).
+
     Raises:
-        OutputError: the output exists (without ``force``), or the directory is not writable.
+        OutputError: the output exists (without ``force``), is not a regular file, or a write failed.
+        UsageError: the output is one of ``inputs``.
     """
-    path = Path(path)
-    if path.exists() and not force:
-        raise OutputError(f"{path}: already exists; pass --force to overwrite it")
-    if not path.parent.is_dir():
-        raise OutputError(f"{path.parent}: output directory does not exist")
+    out = check_output(path, inputs=inputs, force=force)
+    path = out.path
     if not tensors:
         # A metadata-only drafter GGUF loads nowhere (ik_llama #2043); refuse to write one.
         raise OutputError(f"{path}: refusing to write a GGUF with no tensors")
-    try:
-        fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    except OSError as exc:
-        raise OutputError(f"{path.parent}: cannot create a file there ({exc.strerror})") from None
-    os.close(fd)
-    tmp = Path(tmp_name)
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; outputs get the usual permissions
     kvs = list(kvs)
-    try:
-        header, align = _header(arch, kvs, tensors)
-        with open(tmp, "r+b", buffering=0) as fout:
-            for part in header:
-                write_all(fout, memoryview(part))
-            _pad(fout, fout.tell(), align)
-            total = _write_data(fout, tensors, align, progress)
-            # The data may end in a hole (a seek writes nothing): the size must still cover it.
-            fout.truncate(fout.tell())
-            fout.flush()
-        size = tmp.stat().st_size
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    return WriteReport(path=path, n_tensors=len(tensors), n_kv=len(kvs) + 1, file_size=size, tensor_bytes=total)
+    header, align = _header(arch, kvs, tensors)
+    with atomic_output(out) as fout:
+        for part in header:
+            write_all(fout, memoryview(part))
+        _pad(fout, fout.tell(), align)
+        total = _write_data(fout, tensors, align, progress)
+        # The data may end in a hole (a seek writes nothing): the size must still cover it.
+        fout.truncate(fout.tell())
+        size = fout.tell()
+    return WriteReport(path=path, n_tensors=len(tensors), n_kv=len(kvs) + 1, file_size=size, tensor_bytes=total,
+                       stale_removed=tuple(out.stale_removed))
 
 
 def _header(arch: str, kvs: Sequence[KV], tensors: Sequence[TensorOut]) -> tuple[list[bytes], int]:

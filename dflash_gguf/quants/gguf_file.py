@@ -28,6 +28,7 @@ from gguf import GGMLQuantizationType as Q
 from ..errors import QuantizationError, UsageError
 from ..fileio.gguf_reader import GGUFFile, TensorReader, read_gguf
 from ..fileio.gguf_writer import TensorOut, WriteReport, write_gguf
+from ..fileio.outputs import check_output
 from ..fileio.types import KV, TensorInfo
 from . import workers
 from .layout import QuantEntry, requantize_layout
@@ -84,15 +85,14 @@ def quantize_gguf(
         return QuantizeResult(ftype, kvs, entries, None)
     if out is None:
         raise UsageError("quantize needs an output path (or --dry-run)")
-    if Path(out).resolve() == Path(src).resolve():
-        raise UsageError("quantize would overwrite its input; choose another output path")
+    check_output(out, inputs=(src,), force=force)  # before any work; write_gguf checks again at the end
     from . import default_threads
 
     by_name = {t.name: t for t in f.tensors}
     n_threads = default_threads() if threads is None else int(threads)
     with _Pipeline(f, n_threads, processes=workers.worth_it(n_threads, entries)) as pipe:
         outs = [TensorOut(e.name, e.shape, e.ggml_type, e.nbytes, pipe.add(by_name[e.name], e)) for e in entries]
-        report = write_gguf(out, f.arch, kvs, outs, force=force, progress=progress)
+        report = write_gguf(out, f.arch, kvs, outs, force=force, inputs=(src,), progress=progress)
     return QuantizeResult(ftype, kvs, entries, report)
 
 

@@ -232,9 +232,9 @@ def test_failed_write_mid_copy_leaves_no_file(tmp_path, monkeypatch):
     monkeypatch.setattr(span_copy, "write_all", full_disk)
     tensors = span_tensors(tmp_path, mixed_tensors())
     before = sorted(p.name for p in tmp_path.iterdir())
-    with pytest.raises(OSError) as info:
+    with pytest.raises(OutputError, match="No space left on device") as info:
         write_gguf(tmp_path / "o.gguf", "test", KVS, tensors)
-    assert info.value.errno == errno.ENOSPC
+    assert info.value.__cause__.errno == errno.ENOSPC
     assert sorted(p.name for p in tmp_path.iterdir()) == before
 
 
