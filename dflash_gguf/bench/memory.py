@@ -11,7 +11,7 @@ import math
 import re
 from pathlib import Path
 
-from ..errors import MemoryGuardError
+from ..errors import MemoryGuardError, UsageError
 
 GIB = 1 << 30
 DEFAULT_FRACTION = 0.9
@@ -46,12 +46,26 @@ def model_bytes(path: str | Path) -> int:
                if (q := p.with_name(f"{m['stem']}-{i:05d}-of-{m['n']}.gguf")).is_file())
 
 
+def check_limit_gib(gib: float) -> None:
+    """``--max-memory``: GiB ≥ 0, or ``inf`` (the guard off). NaN compares false with every size,
+    so it would switch the guard off without saying so.
+
+    Raises:
+        UsageError: NaN or a negative value.
+    """
+    if math.isnan(gib) or gib < 0:
+        raise UsageError(f"--max-memory {gib}: give GiB ≥ 0, or 'inf' to turn the memory guard off")
+
+
 def check(name: str, files: dict[str, Path], limit: float | None, how: str) -> int:
     """Total bytes of ``files`` ({role: path}); raises when they exceed ``limit``.
 
     Raises:
         MemoryGuardError: naming every file's size, the limit and where it came from.
+        UsageError: a NaN or negative ``limit``.
     """
+    if limit is not None:
+        check_limit_gib(limit / GIB)
     sizes = {role: model_bytes(p) for role, p in files.items()}
     total = sum(sizes.values())
     if limit is not None and not math.isinf(limit) and total > limit:

@@ -14,49 +14,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from ..errors import ServerError, UsageError
+from ..errors import ServerError
 from . import memory, trace
 from .client import Completion, RequestFailed, client_for
 from .modes import Mode, modes_for, plan_modes
+from .options import BenchOptions, memory_limit, settings, validate
 from .server import LlamaServer, ServerSpec
 from .suites import Suite, load_suite
 
 TRACE_WAIT_S = 5.0  # the log writer thread trails the HTTP answer by milliseconds; this is generous
 WARMUP_TOKENS = 16
-
-
-@dataclass
-class BenchOptions:
-    target: Path | None = None
-    drafters: tuple[Path, ...] = ()
-    server_bin: Path | None = None             # resolved llama-server (launch mode)
-    servers: tuple[tuple[str, str], ...] = ()  # (name, url) of running servers (--server)
-    baseline_server: str | None = None         # URL of a running no-draft server
-    server_log: Path | None = None             # the running llama-server's LLAMA_TRACE log
-    engine: str = "llama.cpp"
-    suites: tuple[str, ...] = ("chat",)
-    limit: int | None = None
-    runs: int = 1
-    n_predict: int = 128
-    temperature: float = 0.0
-    seed: int = 0
-    ignore_eos: bool = False
-    thinking: str = "auto"                     # auto | on | off | both
-    raw: bool = False                          # never apply a chat template
-    baseline: bool = True
-    max_memory_gib: float | None = None        # None: the default share of MemAvailable
-    server_args: tuple[str, ...] = ()
-    port: int | None = None
-    ctx_size: int | None = None
-    threads: int | None = None
-    draft_max: int | None = None               # None: the drafter's whole block (llama-server's default is 3)
-    warmup: int = 1
-    startup_timeout: float = 300.0
-    request_timeout: float = 600.0
-
-    @property
-    def launching(self) -> bool:
-        return not self.servers and self.baseline_server is None
 
 
 @dataclass
@@ -129,59 +96,37 @@ def run_bench(opts: BenchOptions, progress: Progress | None = None) -> BenchResu
         KeyboardInterrupt: Ctrl-C or SIGTERM; the server is stopped on the way out.
     """
     emit = progress or (lambda e: None)
-    _validate(opts)
+    validate(opts)
     suites = [load_suite(s, opts.limit) for s in opts.suites]
     configs = _configs(opts)
-    limit, how = _limit(opts)
+    limit, how = memory_limit(opts)
     if opts.launching:
         for c in configs:  # all of them up front: fail in a second, not after an hour of the others
             c.model_bytes = memory.check(c.name, _files(opts, c), limit, how)
-    result = BenchResult(settings=_settings(opts, limit, how), suites=suites, modes=[], configs=configs)
+    result = BenchResult(settings=settings(opts, limit, how), suites=suites, modes=[], configs=configs)
     for c in configs:
         if opts.launching:
-            memory.check(c.name, _files(opts, c), *_limit(opts))  # free memory may have shrunk meanwhile
+            memory.check(c.name, _files(opts, c), *memory_limit(opts))  # free memory may have shrunk meanwhile
             spec = _server_spec(opts, c)
             with LlamaServer(spec) as srv:
                 c.url, c.argv = srv.url, spec.argv(srv.port)
                 _run_config(opts, c, suites, result, emit, srv)
         else:
-            _reachable(c)
+            _reachable(opts, c)
             _run_config(opts, c, suites, result, emit, None)
     return result
 
 
-def _reachable(c: ConfigResult) -> None:
+def _reachable(opts: BenchOptions, c: ConfigResult) -> None:
     """A running server answers /health (llama-server, vLLM and SGLang all serve it) before we start."""
     from .client import call
 
     try:
-        call(c.url, "/health", timeout=10, raw=True)
+        call(c.url, "/health", timeout=min(10.0, opts.request_timeout), raw=True)
     except RequestFailed as exc:
         if exc.lost:
             raise ServerError(f"{c.url} ({c.name}): nothing answers ({exc}); start the server first or fix --server") from None
         # an HTTP error status still proves a server is there (llama-server says 503 while loading)
-
-
-def _validate(opts: BenchOptions) -> None:
-    if opts.runs < 1:
-        raise UsageError(f"--runs {opts.runs}: must be at least 1")
-    if opts.n_predict < 1:
-        raise UsageError(f"--n-predict {opts.n_predict}: must be at least 1")
-    if opts.draft_max is not None and opts.draft_max < 1:
-        raise UsageError(f"--draft-max {opts.draft_max}: must be at least 1")
-    if opts.thinking not in ("auto", "on", "off", "both"):
-        raise UsageError(f"--thinking {opts.thinking!r}: choose auto, on, off or both")
-    if opts.launching:
-        if opts.engine != "llama.cpp":
-            raise UsageError(f"--engine {opts.engine}: bench launches llama-server only; point --server at a running "
-                             f"{opts.engine} endpoint instead")
-        if opts.target is None:
-            raise UsageError("give --target T.gguf (bench launches llama-server), or --server URL for a running server")
-        if not opts.drafters and not opts.baseline:
-            raise UsageError("nothing to run: give --drafter D.gguf, or drop --no-baseline")
-    elif opts.drafters or opts.target is not None:
-        raise UsageError("--server measures the model its server already loaded: drop --target/--drafter, "
-                         "or drop --server to let bench launch llama-server")
 
 
 def _configs(opts: BenchOptions) -> list[ConfigResult]:
@@ -232,12 +177,6 @@ def _files(opts: BenchOptions, c: ConfigResult) -> dict[str, Path]:
     return files
 
 
-def _limit(opts: BenchOptions) -> tuple[float | None, str]:
-    if opts.max_memory_gib is not None:
-        return opts.max_memory_gib * memory.GIB, "--max-memory"
-    return memory.default_limit()
-
-
 def _server_spec(opts: BenchOptions, c: ConfigResult) -> ServerSpec:
     ctx = opts.ctx_size or max(4096, opts.n_predict + 2048)
     extra = list(opts.server_args)
@@ -268,26 +207,13 @@ def _draft_max(opts: BenchOptions, c: ConfigResult, extra: list[str]) -> int | N
     return n
 
 
-def _settings(opts: BenchOptions, limit: float | None, how: str) -> dict[str, Any]:
-    return {
-        "engine": opts.engine, "target": None if opts.target is None else str(opts.target),
-        "drafters": [str(d) for d in opts.drafters], "server_bin": None if opts.server_bin is None else str(opts.server_bin),
-        "servers": [{"name": n, "url": u} for n, u in opts.servers], "baseline_server": opts.baseline_server,
-        "suites": list(opts.suites), "limit": opts.limit, "runs": opts.runs, "n_predict": opts.n_predict,
-        "temperature": opts.temperature, "seed": opts.seed, "ignore_eos": opts.ignore_eos,
-        "thinking": opts.thinking, "raw": opts.raw, "ctx_size": opts.ctx_size, "threads": opts.threads,
-        "server_args": list(opts.server_args), "draft_max": opts.draft_max, "warmup": opts.warmup,
-        "max_memory_bytes": limit, "max_memory_from": how,
-    }
-
-
 # --- one configuration ----------------------------------------------------------------------
 
 def _run_config(opts: BenchOptions, c: ConfigResult, suites: list[Suite], result: BenchResult, emit: Progress,
                 srv: LlamaServer | None) -> None:
     client = client_for(opts.engine, c.url, opts.request_timeout)
     if not result.modes:
-        result.modes, notes = plan_modes(opts, client)
+        result.modes, notes = _guard(lambda: plan_modes(opts, client), srv, c, "while probing the chat template")
         result.notes += notes
         if opts.engine == "llama.cpp":
             props = _guard(lambda: client.props(), srv, c, "while reading /props")
@@ -327,7 +253,7 @@ def _guard(fn, srv: LlamaServer | None, c: ConfigResult, where: str):
         return fn()
     except RequestFailed as exc:
         if srv is not None:
-            died = srv.died_error(where)
+            died = srv.died_error(where) if exc.lost else None
             if died is not None:
                 raise died from None
             raise ServerError(f"llama-server (pid {srv.pid}) failed {where}: {exc}; {srv.log_tail()}") from None
@@ -345,21 +271,8 @@ def _record(suite: str, mode: str, run: int, pid: str, comp: Completion) -> Requ
 def _follower(opts: BenchOptions, srv: LlamaServer | None) -> trace.LogFollower | None:
     if opts.engine != "llama.cpp":
         return None
-    if srv is not None:
-        return trace.LogFollower(srv.read_log_bytes, srv.log_size)
-    if opts.server_log is not None:
-        path = opts.server_log
-
-        def read(offset: int) -> bytes:
-            try:
-                with open(path, "rb") as f:
-                    f.seek(offset)
-                    return f.read()
-            except OSError:
-                return b""
-
-        return trace.LogFollower(read, lambda: path.stat().st_size if path.exists() else 0)
-    return None
+    path = srv.log_path if srv is not None else opts.server_log
+    return None if path is None else trace.LogFollower(path)
 
 
 def _claim_task(follow: trace.LogFollower) -> list[trace.TaskTrace]:

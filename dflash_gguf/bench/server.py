@@ -25,12 +25,12 @@ import sys
 import tempfile
 import threading
 import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import ServerError
+from .trace import read_tail
+from .transport import RequestFailed, fetch
 
 ENV_BIN = "DFLASH_LLAMA_SERVER"
 HOST = "127.0.0.1"
@@ -199,13 +199,10 @@ class LlamaServer:
             if code is not None:
                 raise ServerError(f"llama-server exited ({_exit_text(code)}) before it was ready: "
                                   f"{self.log_tail()}")
-            try:
-                with urllib.request.urlopen(self.url + "/health", timeout=2) as r:
-                    if r.status == 200:
-                        return
-            except urllib.error.HTTPError as exc:  # 503 while the model loads
-                exc.close()
-            except (urllib.error.URLError, OSError):
+            try:  # each probe has a wall-clock deadline: a server dribbling bytes cannot hold us
+                fetch(self.url, "/health", timeout=max(0.1, min(2.0, deadline - time.monotonic())))
+                return
+            except RequestFailed:  # not listening yet, or 503 while the model loads
                 pass
             if time.monotonic() > deadline:
                 raise ServerError(f"llama-server not healthy after {self.spec.startup_timeout:.0f} s on {self.url}: "
@@ -232,21 +229,9 @@ class LlamaServer:
         return ServerError(f"llama-server (pid {self.proc.pid}) died {during} ({_exit_text(code)}): "
                            f"{self.log_tail()}")
 
-    def read_log(self, offset: int = 0) -> str:
-        return self.read_log_bytes(offset).decode("utf-8", errors="replace")
-
-    def read_log_bytes(self, offset: int = 0) -> bytes:
-        if self.log_path is None or not self.log_path.is_file():
-            return b""
-        with open(self.log_path, "rb") as f:
-            f.seek(offset)
-            return f.read()
-
-    def log_size(self) -> int:
-        try:
-            return self.log_path.stat().st_size if self.log_path else 0
-        except OSError:
-            return 0
+    def read_log(self) -> str:
+        """The end of the log (``trace.LOG_TAIL_BYTES``): start-up errors and the last lines."""
+        return "" if self.log_path is None else read_tail(self.log_path).decode("utf-8", errors="replace")
 
     def log_tail(self, n: int = 3) -> str:
         """The last ``n`` meaningful log lines joined on one line (for an error message)."""

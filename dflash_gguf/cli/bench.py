@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from ..errors import Interrupted, OutputError, UsageError
+from ..errors import Interrupted, UsageError
 from ._app import app
 from ._common import err, esc, note, out, warn
 
@@ -50,11 +50,9 @@ def bench_cmd(
     Example: dflash-gguf bench --target T.gguf --drafter a.gguf --drafter b.gguf --suite code --runs 3 --json r.json --plots plots/
     """
     from ..bench import BenchOptions, build_report, run_bench
-    from ..bench.client import ENGINES
+    from ..bench.options import validate
     from ..bench.server import find_server_bin
 
-    if engine not in ENGINES:
-        raise UsageError(f"--engine {engine!r}: choose {', '.join(ENGINES)}")
     if plots is not None:
         from ..bench.plots import require_matplotlib
 
@@ -69,9 +67,10 @@ def bench_cmd(
         target=target, drafters=tuple(drafter or ()), servers=servers, baseline_server=baseline_server,
         server_log=server_log, engine=engine, suites=tuple(suite or ("chat",)), limit=limit, runs=runs,
         n_predict=n_predict, temperature=temperature, seed=seed, ignore_eos=ignore_eos, thinking=thinking, raw=raw,
-        baseline=not no_baseline, max_memory_gib=max_memory, server_args=tuple(shlex.split(server_args or "")),
+        baseline=not no_baseline, max_memory_gib=max_memory, server_args=_split_args(server_args),
         port=port, ctx_size=ctx_size, threads=threads, draft_max=draft_max, warmup=warmup, startup_timeout=startup_timeout,
         request_timeout=request_timeout)
+    validate(opts)  # every value, before a server is looked for or started
     if launching:
         for p, role in [(target, "--target"), *[(d, "--drafter") for d in opts.drafters]]:
             if p is not None and not p.is_file():
@@ -91,10 +90,9 @@ def bench_cmd(
         if str(json_path) == "-":
             typer.echo(text, nl=False)
         else:
-            try:
-                json_path.write_text(text, encoding="utf-8")
-            except OSError as exc:
-                raise OutputError(f"--json {json_path}: cannot write it ({exc.strerror})") from None
+            from ..fileio.outputs import write_text
+
+            write_text(json_path, text, inputs=(target, *opts.drafters))
     if json_path is None or str(json_path) != "-":
         _render(report)
     for n in result.notes:
@@ -104,6 +102,14 @@ def bench_cmd(
             warn(f"{esc(c.name)}: {esc(n)}")
     if report.plots:
         note("plots: " + ", ".join(report.plots))
+
+
+def _split_args(text: str | None) -> tuple[str, ...]:
+    try:
+        return tuple(shlex.split(text or ""))
+    except ValueError as exc:  # an unbalanced quote or a trailing backslash
+        raise UsageError(f"--server-args {text!r}: cannot split it into flags ({exc}); "
+                         "quote as in a shell, e.g. \"-ngl 99 -fa on\"") from None
 
 
 def _named_url(text: str, i: int) -> tuple[str, str]:

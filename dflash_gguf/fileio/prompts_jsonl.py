@@ -3,7 +3,11 @@
 
 A line is ``{"prompt": "..."}`` (optionally ``"id"`` and ``"raw": true``: send the text as is,
 never through a chat template) or ``{"prompt_ids": [...]}`` (token ids, always raw). Blank
-lines are skipped; any other line is an error that names the file and the line.
+lines are skipped; any other line is an error that names the file and the line. Lines end at
+``\n`` only (a raw U+2028 inside a prompt is text, not a line break), and every line is parsed by
+``loads_bounded``: integers of at most ``MAX_INT_DIGITS`` digits, nesting at most ``MAX_DEPTH``
+deep, so a hostile file is one error line, not a traceback. ``bench`` reads its servers' JSON
+answers through the same function.
 """
 from __future__ import annotations
 
@@ -12,6 +16,41 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import UsageError
+
+MAX_INT_DIGITS = 20   # an int64 with its sign; Python's int() refuses 4,301 digits with a ValueError
+MAX_DEPTH = 64        # far beyond any prompt line or server answer; json's C parser recurses per level
+
+
+def _bounded_int(text: str) -> int:
+    if len(text) > MAX_INT_DIGITS:
+        raise ValueError(f"an integer of {len(text)} digits (at most {MAX_INT_DIGITS})")
+    return int(text)
+
+
+def loads_bounded(text: str) -> object:
+    """``json.loads`` with integers of at most ``MAX_INT_DIGITS`` digits and containers nested at
+    most ``MAX_DEPTH`` deep.
+
+    Raises:
+        ValueError: not JSON (``json.JSONDecodeError``), or over one of the bounds (one-line message).
+    """
+    try:
+        obj = json.loads(text, parse_int=_bounded_int)
+    except RecursionError:
+        raise ValueError(f"nested deeper than {MAX_DEPTH} levels") from None
+    if text.count("[") + text.count("{") > MAX_DEPTH:  # only then can it be too deep
+        _check_depth(obj)
+    return obj
+
+
+def _check_depth(obj: object) -> None:
+    stack = [(obj, 1)] if isinstance(obj, (dict, list)) else []
+    while stack:
+        node, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            raise ValueError(f"nested deeper than {MAX_DEPTH} levels")
+        items = node.values() if isinstance(node, dict) else node
+        stack.extend((v, depth + 1) for v in items if isinstance(v, (dict, list)))
 
 
 @dataclass(frozen=True)
@@ -47,13 +86,15 @@ def read_prompts_jsonl(path: str | Path, option: str = "--suite") -> list[Prompt
     except (OSError, UnicodeDecodeError) as exc:
         raise UsageError(f"{p}: cannot read it as UTF-8 text ({exc})") from None
     prompts = []
-    for n, line in enumerate(text.splitlines(), 1):
+    for n, line in enumerate(text.split("\n"), 1):  # not splitlines(): U+2028 and friends are text
         if not line.strip():
             continue
         try:
-            obj = json.loads(line)
+            obj = loads_bounded(line)
         except json.JSONDecodeError as exc:
             raise UsageError(f"{p}:{n}: not valid JSON ({exc.msg} at column {exc.colno})") from None
+        except ValueError as exc:
+            raise UsageError(f"{p}:{n}: not usable JSON ({exc})") from None
         if not isinstance(obj, dict):
             obj = {}
         pid = str(obj.get("id", f"{p.stem}-{n}"))

@@ -39,3 +39,81 @@ def test_connection_refused_is_a_lost_request():
     with pytest.raises(RequestFailed) as e:
         call(f"http://127.0.0.1:{free_port()}", "/health", timeout=2)
     assert e.value.lost
+
+
+# --- transport: deadline, body cap, URLs ------------------------------------------------------
+
+def _one_shot(answer) -> str:
+    """A server for one connection: reads the request, then ``answer(conn)``; its URL."""
+    import socket
+    import threading
+
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(1)
+    srv.settimeout(10)
+
+    def run():
+        try:
+            conn, _ = srv.accept()
+            with conn:
+                conn.recv(65536)
+                answer(conn)
+        except OSError:
+            pass
+        finally:
+            srv.close()
+
+    threading.Thread(target=run, daemon=True).start()
+    return f"http://127.0.0.1:{srv.getsockname()[1]}"
+
+
+def test_a_dribbling_answer_meets_the_deadline():
+    import time
+
+    def dribble(conn):
+        conn.sendall(b"HTTP/1.1 200 OK\r\n")
+        for _ in range(100):  # header bytes, one every 0.1 s: no single read ever times out
+            time.sleep(0.1)
+            conn.sendall(b"X")
+
+    t0 = time.monotonic()
+    with pytest.raises(RequestFailed, match="within 1 s") as e:
+        call(_one_shot(dribble), "/x", timeout=1)
+    assert e.value.lost and time.monotonic() - t0 < 2
+
+
+def test_the_body_cap(monkeypatch):
+    from dflash_gguf.bench import transport
+
+    monkeypatch.setattr(transport, "MAX_BODY_BYTES", 1000)
+    with pytest.raises(RequestFailed, match="announces 5000 bytes"):
+        call(_one_shot(lambda c: c.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 5000\r\n\r\n")), "/x", timeout=5)
+    body = b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n" + b" " * 5000
+    with pytest.raises(RequestFailed, match="longer than"):
+        call(_one_shot(lambda c: c.sendall(body)), "/x", timeout=5)
+    ok = b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n" + b"[" + b"1," * 400 + b"1]"
+    assert len(call(_one_shot(lambda c: c.sendall(ok)), "/x", timeout=5)) == 401
+
+
+def test_http_error_status_carries_the_servers_words():
+    body = b'{"error": {"code": 503, "message": "Loading\\nmodel"}}'
+    head = f"HTTP/1.1 503 X\r\nContent-Length: {len(body)}\r\n\r\n".encode()
+    with pytest.raises(RequestFailed, match="HTTP 503: Loading model") as e:
+        call(_one_shot(lambda c: c.sendall(head + body)), "/health", timeout=5)
+    assert e.value.status == 503 and not e.value.lost
+
+
+@pytest.mark.parametrize("url,ok", [
+    ("http://127.0.0.1:8080", True), ("https://h/v1/", True), ("http://[::1]:80", True),
+    ("http://[::1", False), ("http://h:70000", False), ("http://h:0", False), ("ftp://h", False),
+    ("http://:80", False), ("http://h:80?x=1", False), ("http://h:port", False),
+])
+def test_parse_url(url, ok):
+    from dflash_gguf.bench.transport import parse_url
+
+    if ok:
+        assert parse_url(url).port in (80, 443, 8080)
+    else:
+        with pytest.raises(ValueError):
+            parse_url(url)

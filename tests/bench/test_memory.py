@@ -33,3 +33,15 @@ def test_default_limit_is_a_share_of_mem_available(monkeypatch):
     limit, how = memory.default_limit()
     assert limit == pytest.approx(9 * memory.GIB) and "MemAvailable" in how
     assert memory.mem_available.__module__  # the real reader works on this Linux box too
+
+
+@pytest.mark.parametrize("gib", [math.nan, -1.0, -math.inf])
+def test_a_limit_that_would_switch_the_guard_off_silently_is_refused(tmp_path, gib):
+    from dflash_gguf.errors import UsageError
+
+    t = tmp_path / "t.gguf"
+    t.write_bytes(b"x" * 3000)
+    with pytest.raises(UsageError, match="--max-memory"):
+        memory.check_limit_gib(gib)
+    with pytest.raises(UsageError):
+        memory.check("t", {"target": t}, gib * memory.GIB, "--max-memory")
