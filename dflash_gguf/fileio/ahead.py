@@ -13,6 +13,7 @@ from typing import Iterator, TypeVar
 
 T = TypeVar("T")
 _END = object()
+_STOPPED = object()  # the worker's last result: every item it was asked for is in the queue before it
 
 
 class ReadAhead:
@@ -26,7 +27,6 @@ class ReadAhead:
         self._it = it
         self._asks: SimpleQueue = SimpleQueue()  # True: compute the next item; False: stop
         self._results: SimpleQueue = SimpleQueue()  # (item, None) or (None, exception)
-        self._pending = 0
         self._worker = threading.Thread(target=self._run, name="dflash-read-ahead", daemon=True)
 
     def _run(self) -> None:
@@ -35,10 +35,10 @@ class ReadAhead:
                 self._results.put((next(self._it, _END), None))
             except BaseException as exc:  # handed to the caller, raised there
                 self._results.put((None, exc))
+        self._results.put((_STOPPED, None))
 
     def _ask(self) -> None:
         self._asks.put(True)
-        self._pending += 1
 
     def __enter__(self) -> Iterator[T]:
         self._worker.start()
@@ -48,7 +48,6 @@ class ReadAhead:
     def _items(self) -> Iterator[T]:
         while True:
             item, exc = self._results.get()
-            self._pending -= 1
             if exc is not None:
                 raise exc
             if item is _END:
@@ -58,9 +57,10 @@ class ReadAhead:
 
     def __exit__(self, *exc_info) -> None:
         # The item in progress (if any) finishes before the worker stops: like a
-        # ThreadPoolExecutor's shutdown(wait=True).
-        for _ in range(self._pending):
-            self._results.get()
-        self._pending = 0
+        # ThreadPoolExecutor's shutdown(wait=True). Drained up to the worker's own end marker, not
+        # by counting asks: a Ctrl-C / SIGTERM raised between a get() and its bookkeeping would
+        # leave a count one off, and this wait would never end.
         self._asks.put(False)
+        while self._results.get()[0] is not _STOPPED:
+            pass
         self._worker.join()

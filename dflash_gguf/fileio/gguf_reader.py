@@ -151,14 +151,20 @@ I32_MAX = (1 << 31) - 1
 
 def describe_kv(kv: KV) -> str:
     """A KV's type and (shortened) value for a one-line message."""
-    v = kv.value
-    if isinstance(v, (tuple, list)) and len(v) > 8:
-        shown = f"[{', '.join(map(repr, v[:8]))}, … {len(v):,} items]"
-    elif isinstance(v, (tuple, list)):
-        shown = repr(list(v))
-    else:
-        shown = repr(v)
-    return f"{type_name(kv.type, kv.sub_type)} {show(shown, 60)}"
+    return f"{type_name(kv.type, kv.sub_type)} {show(_preview(kv.value), 60)}"
+
+
+def _preview(v: Any, nested: bool = False) -> str:
+    """At most 8 items and ~60 characters of each, formatted: a value may be megabytes long
+    (a string, a nested array), and repr() of all of it would be as long."""
+    if isinstance(v, (str, bytes)):
+        return repr(v[:61])
+    if not isinstance(v, (tuple, list)):
+        return repr(v)  # a number, or a StringArray ("StringArray(N items)")
+    if nested and v:
+        return f"[… {len(v):,} items]"
+    more = f", … {len(v):,} items" if len(v) > 8 else ""
+    return f"[{', '.join(_preview(i, True) for i in v[:8])}{more}]"
 
 
 def bad_kv(path: str, kv: KV, expected: str) -> GGUFFormatError:

@@ -28,6 +28,17 @@ MAX_STRING_BYTES = 64 << 20   # chat templates are ~10 KB; llama.cpp allows 1 Gi
 MAX_NAME_BYTES = 1 << 16      # keys and tensor names (llama.cpp limits tensor names to 63)
 MAX_ARRAY_ITEMS = 1 << 24
 MAX_ARRAY_DEPTH = 4           # llama.cpp refuses nested arrays; gguf-py can write them
+# The caps above bound one field; the budget bounds the whole header. A sparse file declares
+# gigabytes of zeros in a few KB, so the file's size bounds nothing: every value the parse
+# keeps is charged what it holds in memory *before* it is decoded, and the parse stops at
+# HEADER_BUDGET. A real 262k-token vocabulary (tokens, merges, scores, types) costs ~34 MB.
+HEADER_BUDGET = 64 << 20
+COST_NUMBER = 32          # a numeric array item: a tuple slot plus a float or int object
+COST_SMALL_NUMBER = 8     # a UINT8 or BOOL item: a tuple slot (Python shares those objects)
+COST_TEXT_BYTE = 4        # a key, name or string value: a str holds up to 4 bytes a character
+COST_STRING_ITEM = 16     # a string array item, beside its bytes (kept raw): its length and start
+COST_NESTED_ARRAY = 4096  # an array inside an array: ~600 bytes, but ~12 us to parse (time, too)
+COST_RECORD = 256         # a key's KV or a tensor's info, beside its name's bytes
 _WALK_BLOCK = 4096            # string-array items walked per block (_Parser.string_array)
 _FIRST_READ = 256 << 10
 
@@ -45,8 +56,9 @@ _TRUNC_HINT = "truncated download? re-fetch and compare sizes"
 def show(name: str, limit: int = 80) -> str:
     """A key or tensor name as it may appear in a one-line message: control characters
     escaped (a corrupt length can make a "name" swallow half the header) and shortened."""
-    s = "".join(c if c.isprintable() else repr(c)[1:-1] for c in name)
-    return s if len(s) <= limit else s[: limit - 1] + "…"
+    # cut before escaping: a name (or a message quoting a value) may be megabytes long
+    s = "".join(c if c.isprintable() else repr(c)[1:-1] for c in name[:limit])
+    return s if len(s) <= limit and len(name) <= limit else s[: limit - 1] + "…"
 
 
 class _Cursor:
@@ -101,12 +113,13 @@ class _Cursor:
 
     def text(self, n: int, where: str, non_utf8: list[str]) -> str:
         start = self.take(n, where)
-        raw = bytes(self.buf[start:start + n])
-        try:
-            return raw.decode("utf-8")
-        except UnicodeDecodeError:
-            non_utf8.append(f"{where} at byte {start:,}")
-            return raw.decode("utf-8", errors="replace")
+        # decoded from a view: a copy of the bytes first would double a long value's peak
+        with memoryview(self.buf) as whole, whole[start:start + n] as raw:
+            try:
+                return str(raw, "utf-8")
+            except UnicodeDecodeError:
+                non_utf8.append(f"{where} at byte {start:,}")
+                return str(raw, "utf-8", "replace")
 
 
 def _value_type(raw: int, where: str, name: str, offset: int) -> GGUFValueType:
@@ -123,6 +136,17 @@ class _Parser:
         self.c = cur
         self.name = cur.name
         self.non_utf8: list[str] = []
+        self.spent = 0  # of HEADER_BUDGET
+
+    def charge(self, cost: int, what: str, at: int) -> None:
+        """Count ``cost`` bytes against HEADER_BUDGET before decoding ``what`` (at byte ``at``),
+        or fail with a one-line ``LimitError``."""
+        self.spent += cost
+        if self.spent > HEADER_BUDGET:
+            raise LimitError(
+                f"{self.name}: {what} at byte {at:,} needs ~{cost:,} bytes of memory, past the header's "
+                f"{HEADER_BUDGET / (1 << 20):g} MiB budget ({self.spent - cost:,} spent before it; no real GGUF "
+                f"comes near it: corrupt or hostile header, re-download the file)", offset=at)
 
     def string(self, what: str, cap: int) -> str:
         c = self.c
@@ -132,6 +156,7 @@ class _Parser:
             raise LimitError(
                 f"{self.name}: {what} claims {n:,} bytes at byte {at:,}, more than the "
                 f"{cap:,}-byte limit (corrupt length field; re-download the file)", offset=at)
+        self.charge(n * COST_TEXT_BYTE, what, at)
         return c.text(n, what, self.non_utf8)
 
     def value(self, vtype: GGUFValueType, what: str, depth: int) -> tuple[Any, GGUFValueType | None]:
@@ -151,6 +176,8 @@ class _Parser:
                 f"{self.name}: {what} claims {n:,} items at byte {count_at:,}, more than the "
                 f"{MAX_ARRAY_ITEMS:,}-item limit (corrupt count; re-download the file)", offset=count_at)
         if item in _SCALAR:
+            small = item in (GGUFValueType.UINT8, GGUFValueType.BOOL)
+            self.charge(n * (COST_SMALL_NUMBER if small else COST_NUMBER), what, count_at)
             # struct, not numpy: the header-only commands do not import numpy (~50 ms).
             fmt = f"<{n}{_SCALAR[item]}"
             start = c.take(struct.calcsize(fmt), f"the {n:,} {item.name} items of {what}")
@@ -159,12 +186,13 @@ class _Parser:
                 return tuple(v != 0 for v in values), item
             return NumberArray(values, item, c.copy(start, c.pos)), item
         if item == GGUFValueType.STRING:
+            self.charge(n * COST_STRING_ITEM, what, count_at)
             return self.string_array(n, what), item
         if depth + 1 >= MAX_ARRAY_DEPTH:
             raise LimitError(
                 f"{self.name}: {what} nests arrays deeper than {MAX_ARRAY_DEPTH} levels at byte "
                 f"{at:,} (corrupt metadata; no real GGUF nests arrays)", offset=at)
-        # Each nested array takes at least 12 bytes, so a huge count hits the file end fast.
+        self.charge(n * COST_NESTED_ARRAY, what, count_at)
         return tuple(self.value(GGUFValueType.ARRAY, f"item {i} of {what}", depth + 1)[0]
                      for i in range(n)), item
 
@@ -209,12 +237,15 @@ class _Parser:
                     self._item_past_end(i0, mark, what)
                 if pos + 8 > c.size:
                     raise c.truncated(f"the length of item {i:,} of {what}", pos + 8) from None
+                if self.spent + pos - first - 8 * i > HEADER_BUDGET:  # read, unmapped: stop early
+                    self.charge(pos - first - 8 * i, f"the text of the strings of {what}", first)
                 c.fill(pos + 8)
                 i0, mark = i, pos
         if pos > c.size:
             self._item_past_end(i0, mark, what)
         if pos > len(c.buf):
             c.fill(pos)
+        self.charge(pos - first - 8 * n, f"the text of the {n:,} strings of {what}", first)
         raw = c.copy(first, pos)
         # The walk skipped the per-item length cap; no item can exceed it unless the whole
         # array does, and then the starts show which one.
@@ -250,6 +281,7 @@ class _Parser:
         c, kv, order = self.c, {}, []
         for i in range(n_kv):
             at = c.pos
+            self.charge(COST_RECORD, f"key #{i}", at)
             key = self.string(f"key #{i}", MAX_NAME_BYTES)
             if not key:
                 raise InvalidKVError(
@@ -286,6 +318,7 @@ class _Parser:
         c, out, seen = self.c, [], {}
         for i in range(n):
             at = c.pos
+            self.charge(COST_RECORD, f"tensor #{i}", at)
             name = self.string(f"the name of tensor #{i}", MAX_NAME_BYTES)
             if name in seen:
                 raise InvalidTensorInfoError(

@@ -112,7 +112,7 @@ class StringArray(Sequence[str]):
             if j < len(starts) and starts[j] == pos + 8 and start <= j and (stop is None or j < stop):
                 return j
             pos = raw.find(needle, pos + 1)
-        raise ValueError(f"{value!r} is not in the array")
+        raise ValueError(f"{value[:60]!r} is not in the array")
 
     def __contains__(self, value: object) -> bool:
         if not isinstance(value, str):

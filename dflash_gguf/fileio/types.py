@@ -22,14 +22,19 @@ class KV:
     offset: int | None = None
 
     def to_json(self) -> dict[str, Any]:
-        value = self.value
-        if isinstance(value, (bytes, bytearray)):
-            value = value.decode("utf-8", errors="replace")
-        elif isinstance(value, Sequence) and not isinstance(value, str) and len(value) > 64:
-            value = {"length": len(value), "head": list(value[:8])}
-        elif isinstance(value, Sequence) and not isinstance(value, str):
-            value = list(value)
-        return {"key": self.key, "type": type_name(self.type, self.sub_type), "value": value}
+        return {"key": self.key, "type": type_name(self.type, self.sub_type), "value": _json_value(self.value)}
+
+
+def _json_value(value: Any) -> Any:
+    """A value as JSON shows it: an array over 64 items as its length and first 8, at every
+    level (the inner arrays of a nested array too)."""
+    if isinstance(value, (bytes, bytearray)):
+        return value.decode("utf-8", errors="replace")
+    if isinstance(value, Sequence) and not isinstance(value, str):
+        if len(value) > 64:
+            return {"length": len(value), "head": [_json_value(v) for v in value[:8]]}
+        return [_json_value(v) for v in value]
+    return value
 
 
 class NumberArray(tuple):

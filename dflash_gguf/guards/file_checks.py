@@ -51,8 +51,15 @@ def check_names(h: GGUFHeader) -> Iterator[Finding]:
             yield finding(h, Severity.ERROR, "tensor-name-too-long",
                           f"tensor name is {len(t.name.encode())} bytes; llama.cpp allows at most 63", f"tensor {show(t.name)}")
         if t.n_elements == 0:
-            yield finding(h, Severity.WARNING, "empty-tensor", f"tensor {show(t.name)} has shape {list(t.shape_ne)} (no elements)",
-                          f"tensor {show(t.name)}")
+            kept = _ggml_rewrite(t.shape_ne)
+            if kept:
+                yield finding(h, Severity.ERROR, "empty-tensor-shape",
+                              f"tensor {show(t.name)} has shape {list(t.shape_ne)} (no elements), which ggml's "
+                              f"writers (llama-quantize, gguf-split) re-write as {kept:,} elements with no data: "
+                              f"remove the tensor or re-convert", f"tensor {show(t.name)}")
+            else:
+                yield finding(h, Severity.WARNING, "empty-tensor",
+                              f"tensor {show(t.name)} has shape {list(t.shape_ne)} (no elements)", f"tensor {show(t.name)}")
     for where in h.non_utf8:
         yield finding(h, Severity.WARNING, "non-utf8", f"{where} is not valid UTF-8 (shown with U+FFFD)", where)
     for f in h.kv.values():
@@ -60,6 +67,15 @@ def check_names(h: GGUFHeader) -> Iterator[Finding]:
             yield finding(h, Severity.ERROR, "nested-array",
                           f"key {show(f.key)} is an array of arrays; llama.cpp's loader refuses nested arrays",
                           f"key {show(f.key)}")
+
+
+def _ggml_rewrite(ne: tuple[int, ...]) -> int:
+    """The element count of ``ne`` once re-written by ggml: gguf_write keeps ggml_n_dims dims, up
+    to the last one above 1, so a trailing 0 is dropped like a 1 ([2^40, 0] becomes [2^40])."""
+    n = 1
+    for d in ne[:max((i + 1 for i, d in enumerate(ne) if d > 1), default=1)]:
+        n *= d
+    return n
 
 
 # --- model checks --------------------------------------------------------------------------

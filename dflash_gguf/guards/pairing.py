@@ -51,7 +51,7 @@ def pair_vocab(d: GGUFHeader, t: GGUFHeader) -> Iterator[Finding]:
             detail = f"{len(dt):,} tokens vs {len(tt):,} in the target"
         else:
             i = next(i for i in range(len(dt)) if dt[i] != tt[i])
-            detail = f"first difference at token {i:,}: {dt[i]!r} vs {tt[i]!r}"
+            detail = f"first difference at token {i:,}: '{show(dt[i], 40)}' vs '{show(tt[i], 40)}'"
         yield finding(d, Severity.ERROR, "pair-vocab-mismatch",
                       f"the drafter's vocabulary differs from the target's ({detail}): re-convert the drafter with "
                       f"this target's tokenizer", "key tokenizer.ggml.tokens", "pairing")

@@ -75,8 +75,11 @@ def requantize_layout(
         src = src_types[c.name]
         quantized = c.ggml_type != src
         # llama.cpp's writer records ggml_n_dims dimensions: outer ne of 1 are dropped (a [1, n]
-        # conf_proj.weight is stored 1-D), so the header bytes only match with the same shape
-        shape = c.shape[len(c.shape) - ggml_n_dims(c.shape):] if c.shape else c.shape
+        # conf_proj.weight is stored 1-D), so the header bytes only match with the same shape.
+        # A zero-element tensor keeps every dimension: ggml_n_dims drops an outer 0 like a 1,
+        # which would turn ne [2^40, 0] into a 2^40-element tensor with no data.
+        keep = len(c.shape) if 0 in c.shape else ggml_n_dims(c.shape)
+        shape = c.shape[len(c.shape) - keep:] if c.shape else c.shape
         entries.append(QuantEntry(c.name, shape, src, c.ggml_type, tensor_nbytes(shape, c.ggml_type),
                                   c.reason if quantized else f"{c.reason} (copied)", quantized))
     out = [kv for kv in kvs if kv.key not in _SPLIT_KEYS + ("general.quantization_version", "general.file_type",

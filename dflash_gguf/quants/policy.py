@@ -18,6 +18,7 @@ from typing import Sequence
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType as T
 
 from ..errors import QuantizationError
+from ..fileio.header_records import show
 
 #: ``general.file_type`` values (llama_ftype) of the supported mixes.
 FTYPE_IDS: dict[str, int] = {"Q8_0": 7, "Q4_K_M": 15}
@@ -170,7 +171,7 @@ def _fallback(name: str, t: T, ne0: int) -> tuple[T, str | None]:
         return t, None
     if t not in _FALLBACK:
         raise QuantizationError(
-            f"tensor {name!r}: ne0 = {ne0} is not divisible by {bs} (required for {t.name}) and "
+            f"tensor '{show(name)}': ne0 = {ne0} is not divisible by {bs} (required for {t.name}) and "
             f"llama-quantize has no tensor type fallback for {t.name}; it aborts here too"
         )
     f = _FALLBACK[t]
@@ -205,7 +206,7 @@ def plan_types(
         name, shape = item[0], tuple(int(s) for s in item[1])
         in_type = item[2] if len(item) > 2 else T.F32
         if name in entries:
-            raise QuantizationError(f"duplicate tensor name {name!r}")
+            raise QuantizationError(f"duplicate tensor name '{show(name)}'")
         entries[name] = (shape, in_type)
 
     order = processing_order(list(entries))
@@ -219,9 +220,9 @@ def plan_types(
         if moe:  # experts are not consecutive: parse the layer from the name
             i_layer = layer_of(name)
             if not _BLK.match(name):
-                raise QuantizationError(f"failed to determine layer for tensor {name!r}")
+                raise QuantizationError(f"failed to determine layer for tensor '{show(name)}'")
             if i_layer < 0 or i_layer >= n_layer:
-                raise QuantizationError(f"bad layer {i_layer} for tensor {name!r}; must be in [0, {n_layer})")
+                raise QuantizationError(f"bad layer {i_layer} for tensor '{show(name)}'; must be in [0, {n_layer})")
         return i_layer
 
     plan: list[TypeChoice] = []

@@ -54,3 +54,18 @@ def test_tokenizer_consistency(tmp_path):
 
 def test_no_tensors_warns(tmp_path):
     assert codes(run_checks(write(tmp_path / "m.gguf", []))) == {"no-tensors"}
+
+
+def test_zero_element_tensors(tmp_path):
+    # ne [2^40, 0]: ggml's writers keep ne up to the last one above 1, so a re-write declares
+    # 2^40 elements with no data (an error); ne [0, 2^40] and [0, 0] survive it (a warning).
+    from tests.redteam.test_header_bombs import _zero_tensor
+
+    for ne, code in (((1 << 40, 0), "empty-tensor-shape"), ((0, 1 << 40), "empty-tensor"), ((0, 0), "empty-tensor"),
+                     ((8, 0, 1, 1), "empty-tensor-shape"), ((4096, 0, 1 << 40), "empty-tensor")):
+        r = run_checks(_zero_tensor(tmp_path / "z.gguf", ne))
+        assert codes(r) == {code}, ne
+    f = next(f for f in run_checks(_zero_tensor(tmp_path / "z.gguf", (1 << 40, 0))).findings)
+    assert f.message == ("tensor blk.0.attn_q.weight has shape [1099511627776, 0] (no elements), which ggml's writers "
+                         "(llama-quantize, gguf-split) re-write as 1,099,511,627,776 elements with no data: remove the "
+                         "tensor or re-convert")

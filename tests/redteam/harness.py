@@ -12,6 +12,7 @@ import resource
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +20,17 @@ from typing import Iterable, Sequence
 
 # The CLI as its console script runs it, without the console script (no PATH lookup).
 CLI = [sys.executable, "-c", "from dflash_gguf.cli import main; main()"]
+# Linux's ru_maxrss (wait4) also counts the RSS a child had when it was forked: the test
+# process's, hundreds of MB late in a whole-suite run. So run_cli's child writes its own peak
+# at exit to the file this variable names: VmHWM of the exec'd image, or its children's peak.
+_PEAK_FILE = "DFLASH_REDTEAM_PEAK_FILE"
+_REPORT_PEAK = (
+    "import atexit, os, resource\n"
+    "def _peak():\n"
+    "    hwm = [int(ln.split()[1]) for ln in open('/proc/self/status') if ln.startswith('VmHWM:')]\n"
+    "    with open(os.environ['" + _PEAK_FILE + "'], 'w') as f:\n"
+    "        f.write(str(max(hwm + [resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss])))\n"
+    "atexit.register(_peak)\n")
 
 
 @dataclass(frozen=True)
@@ -44,9 +56,11 @@ def run_cli(args: Sequence[str | os.PathLike], *, timeout: float = 60, env: dict
     MemoryError instead of exhausting the machine; only for commands that load no numba / torch
     (their JIT reserves large address ranges). ``file_size_limit`` (RLIMIT_FSIZE, bytes) makes a
     write past it fail with EFBIG, as a full disk fails with ENOSPC (Python ignores SIGXFSZ)."""
-    argv = [*CLI, *map(str, args)]
+    argv = [CLI[0], "-c", _REPORT_PEAK + CLI[2], *map(str, args)]
     full_env = {**os.environ, **(env or {})}
     full_env.pop("DFLASH_DEBUG", None)
+    fd, full_env[_PEAK_FILE] = tempfile.mkstemp(prefix="dflash-peak-")
+    os.close(fd)
 
     def limit() -> None:
         if address_space_mib:
@@ -64,10 +78,24 @@ def run_cli(args: Sequence[str | os.PathLike], *, timeout: float = 60, env: dict
         out, err = p.communicate()
         raise AssertionError(f"dflash-gguf {' '.join(map(str, args))}: no answer within {timeout} s (hang?)\n"
                              f"stderr: {err.decode(errors='replace')[-2000:]}") from None
+    finally:
+        peak = _read_peak(full_env[_PEAK_FILE])
     wall = time.monotonic() - t0
-    rss = p.rusage.ru_maxrss / 1024 if p.rusage is not None else float("nan")
+    # no report (killed, os._exit): wait4's figure, an upper bound
+    rss = peak / 1024 if peak else p.rusage.ru_maxrss / 1024 if p.rusage is not None else float("nan")
     return Run(tuple(map(str, args)), p.returncode, out.decode(errors="replace"), err.decode(errors="replace"),
                rss, wall)
+
+
+def _read_peak(path: str) -> int:
+    """The KiB the child reported (0 if none), the file removed."""
+    try:
+        with open(path) as f:
+            return int(f.read() or 0)
+    except (OSError, ValueError):
+        return 0
+    finally:
+        Path(path).unlink(missing_ok=True)
 
 
 class _Popen(subprocess.Popen):
