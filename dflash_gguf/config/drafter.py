@@ -17,7 +17,7 @@ from ..errors import ConfigError
 from .dspark import (ALL_DSPARK_ARCHS, DSPARK_ARCHS, DSparkSpec, layer_config_default_theta, normalize_dspark,
                      parse_dspark)
 from .rope import RopeScaling, parse_rope
-from .values import INT32_MAX, MAX_LAYERS, coerce, flag, read_config_json
+from .values import INT32_MAX, MAX_BLOCK_SIZE, MAX_HEAD_DIM, MAX_LAYERS, coerce, flag, read_config_json
 
 DFLASH1_ARCH = "DFlashDraftModel"
 DFLASH2_ARCH = "DFlash2DraftModel"
@@ -143,7 +143,10 @@ def parse_config(raw: dict[str, Any], cfg_path: Path) -> DrafterConfig:
     n_layers = r.top_int("num_hidden_layers", hi=MAX_LAYERS)
     n_head = r.top_int("num_attention_heads")
     n_kv = r.top_int("num_key_value_heads", default=n_head)
-    head_dim = r.top_int("head_dim", default=hidden // n_head if n_head else None)
+    head_dim = r.top_int("head_dim", default=hidden // n_head if n_head else None, hi=MAX_HEAD_DIM)
+    if head_dim > MAX_HEAD_DIM:  # hidden_size // num_attention_heads
+        raise ConfigError(f"{cfg_path}: head_dim = hidden_size // num_attention_heads = {head_dim} is out of range "
+                          f"(1..{MAX_HEAD_DIM:,}); fix config.json")
     if n_head % n_kv != 0:
         raise ConfigError(f"{cfg_path}: num_attention_heads={n_head} is not a multiple of num_key_value_heads={n_kv}")
 
@@ -172,6 +175,9 @@ def parse_config(raw: dict[str, Any], cfg_path: Path) -> DrafterConfig:
     block_size = r.knob_int("block_size", default=16, lo=None)
     if block_size < 2:
         raise ConfigError(f"{cfg_path}: block_size={block_size} must be at least 2 (1 anchor + drafted tokens)")
+    if block_size > MAX_BLOCK_SIZE:  # the reference's per-block buffers are sized by it
+        raise ConfigError(f"{cfg_path}: block_size={block_size} is out of range (2..{MAX_BLOCK_SIZE:,}); no drafter "
+                          "drafts that many tokens a block: fix config.json")
 
     layer_types, use_swa, window = _resolve_swa(r, n_layers)
 

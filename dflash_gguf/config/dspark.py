@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
-from .values import coerce, flag
+from .values import MAX_HEAD_DIM, coerce, flag
 
 DSPARK_ARCHS = ("DSparkDraftModel", "Qwen3DSparkModel", "DSparkSpeculator", "Lfm2DSparkDraftModel", "LingDSparkModel")
 GEMMA4_DSPARK_ARCH = "Gemma4DSparkModel"
@@ -189,7 +189,10 @@ def _refuse_gemma4(raw: dict[str, Any], path: Path) -> None:
     dflash = raw.get("dflash_config") if isinstance(raw.get("dflash_config"), dict) else {}
     if not raw.get("attention_k_eq_v", False):
         raise no("Gemma4 DSpark currently requires attention_k_eq_v")
-    if not isinstance(n_layers, int) or raw.get("layer_types") != ["full_attention"] * n_layers:
+    layer_types = raw.get("layer_types")
+    # compared item by item: ``["full_attention"] * n_layers`` would build a list as long as the config says
+    if (not isinstance(n_layers, int) or not isinstance(layer_types, list) or len(layer_types) != n_layers
+            or any(t != "full_attention" for t in layer_types)):
         raise no("Gemma4 DSpark currently requires uniform full_attention layer types")
     if raw.get("hidden_activation", GEMMA4_ACT) != GEMMA4_ACT:
         raise no(f"Gemma4 DSpark currently requires hidden_activation={GEMMA4_ACT}")
@@ -233,7 +236,7 @@ def _refuse_gemma4(raw: dict[str, Any], path: Path) -> None:
 def _gemma4_layout(raw: dict[str, Any], path: Path) -> Gemma4Layout:
     rope = _gemma4_rope(raw)
     return Gemma4Layout(
-        global_head_dim=coerce(raw["global_head_dim"], int, "global_head_dim", path),
+        global_head_dim=coerce(raw["global_head_dim"], int, "global_head_dim", path, hi=MAX_HEAD_DIM),
         num_global_key_value_heads=coerce(raw["num_global_key_value_heads"], int, "num_global_key_value_heads", path),
         rope_type=rope["rope_type"],
         rotary_fraction=float(rope.get("partial_rotary_factor", 0.25)),

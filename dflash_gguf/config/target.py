@@ -12,7 +12,7 @@ from typing import Any
 from ..errors import ConfigError
 from .drafter import Resolver
 from .rope import RopeScaling, parse_rope
-from .values import read_config_json
+from .values import MAX_HEAD_DIM, MAX_LAYERS, read_config_json
 
 
 @dataclass(frozen=True)
@@ -59,7 +59,7 @@ def parse_target_config(top: dict[str, Any], cfg_path: Path) -> TargetConfig:
     r = Resolver(raw, cfg_path)
     hidden = r.top_int("hidden_size")
     n_head = r.top_int("num_attention_heads", required=False)
-    head_dim = r.top_int("head_dim", required=False)
+    head_dim = r.top_int("head_dim", required=False, hi=MAX_HEAD_DIM)
     if head_dim is None and n_head:
         head_dim = hidden // n_head
     rope = parse_rope(raw, cfg_path, required=False)
@@ -72,7 +72,7 @@ def parse_target_config(top: dict[str, Any], cfg_path: Path) -> TargetConfig:
         architecture=str(archs[0]),
         model_type=str(raw.get("model_type", "")),
         hidden_size=hidden,
-        num_hidden_layers=r.top_int("num_hidden_layers"),
+        num_hidden_layers=r.top_int("num_hidden_layers", hi=MAX_LAYERS),  # per-layer lists are built from it
         vocab_size=r.top_int("vocab_size"),
         intermediate_size=r.top_int("intermediate_size", required=False),
         num_attention_heads=n_head,

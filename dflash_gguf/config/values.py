@@ -15,6 +15,12 @@ from ..errors import ConfigError
 
 INT32_MAX = 2**31 - 1  # sizes and ids end up as GGUF (u)int32 values
 MAX_LAYERS = 1 << 16  # far above any real model; bounds per-layer loops on a corrupt config
+# Far above any real model (head dims 64-512, blocks 7-16 in fixtures/published), they bound what
+# a config alone may make us allocate before any tensor shape is checked: per-frequency RoPE
+# tables (head_dim / 2 entries, a Python loop for llama3 scaling) and the reference's per-block
+# buffers (a DSpark block's KV rows).
+MAX_HEAD_DIM = 1 << 16
+MAX_BLOCK_SIZE = 1 << 12
 FLOAT32_MAX = 3.4028234663852886e38  # float knobs end up as GGUF float32 values
 
 

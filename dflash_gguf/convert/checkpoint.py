@@ -64,7 +64,7 @@ def plan_conversion(
     inventory = read_inventory(drafter_dir)
     tokenizer, target_hidden, notes, mrope = [], None, [], False
     if target_gguf or target_dir:
-        target = load_target(target_gguf, target_dir)
+        target = load_target(target_gguf, target_dir, drafter=cfg)
         notes = [*target.notes, *(check_drafter_fits(target, cfg) or [])]
         tokenizer, target_hidden, mrope = list(target.kvs), target.hidden_size, target.uses_mrope
     elif fmt.needs_tokenizer:

@@ -7,6 +7,7 @@ only the one replacement row is held in memory.
 """
 from __future__ import annotations
 
+import itertools
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,39 +45,157 @@ def load_mask_embedding(drafter_dir: str | Path, cfg: DrafterConfig, table_dtype
 
     Raises:
         UsageError: torch is not installed (only torch can read a .pt file).
-        ConfigError: not a {mask_token_id, embedding} dict, or it disagrees with config.json.
+        WeightsError: not a readable torch file, not a {mask_token_id, embedding} dict, a mask id
+            other than config.json's, or an embedding that is not ``hidden_size`` finite floats.
     """
     path = Path(drafter_dir) / MASK_FILE
     if not path.is_file():
         return None
-    try:
-        import torch
-    except ImportError:
-        raise UsageError(f"{path}: reading a .pt file needs torch; pip install 'dflash-gguf[torch]'") from None
-    try:
-        # weights_only: a .pt file is a pickle; never execute code from a downloaded checkpoint
-        with warnings.catch_warnings():  # torch warns about pickle protocols before refusing; the error says it
-            warnings.simplefilter("ignore")
-            data = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as exc:  # noqa: BLE001 - torch raises many types for a corrupt or hostile file
-        raise ConfigError(f"{path}: not a readable tensor file ({type(exc).__name__}: {str(exc)[:120]}); "
-                          "re-download it") from None
-    if not isinstance(data, dict) or not isinstance(data.get("embedding"), torch.Tensor) or "mask_token_id" not in data:
-        raise ConfigError(f"{path}: expected a dict with mask_token_id and embedding (a tensor); re-download it")
-    mask_id = data["mask_token_id"]
-    if isinstance(mask_id, torch.Tensor) and mask_id.numel() == 1:
-        mask_id = mask_id.item()
+    torch = _torch(path)
+    data = read_mask_file(path, cfg.hidden_size)
+    if not isinstance(data, dict) or "embedding" not in data or "mask_token_id" not in data:
+        raise WeightsError(f"{path}: expected a dict with mask_token_id and embedding (a tensor), got "
+                           f"{describe(data)}; re-download it")
+    mask_id = mask_id_of(data["mask_token_id"], path)
     if mask_id != cfg.mask_token_id:
-        raise ConfigError(f"{path}: mask_token_id {mask_id!r:.40} does not match dflash_config's {cfg.mask_token_id}")
-    vec = data["embedding"]
-    if tuple(vec.shape) != (cfg.hidden_size,):
-        raise ConfigError(f"{path}: embedding has shape {list(vec.shape)}, expected [{cfg.hidden_size}] (hidden_size)")
-    if not vec.is_floating_point():
-        raise ConfigError(f"{path}: embedding has dtype {vec.dtype}; expected a float tensor")
+        raise WeightsError(f"{path}: mask_token_id {mask_id} does not match dflash_config's {cfg.mask_token_id}")
+    vec = embedding_of(data["embedding"], path, cfg.hidden_size)
     # torch's own cast, as mainline does (``mask["embedding"].to(embeddings.dtype)``): same rounding
     dtype = {"BF16": torch.bfloat16, "F16": torch.float16, "F32": torch.float32}[table_dtype]
     row = vec.detach().to(dtype).contiguous().view(torch.uint8).numpy().tobytes()
     return MaskEmbedding(int(mask_id), row, path)
+
+
+# --- reading the side file: shared with the torch reference (reference.load.read_mask_embedding) ---
+# ``torch.load(weights_only=True)`` executes no code, but it still hands back whatever plain
+# containers the pickle describes: lists nested 40 deep that share themselves (a few kB of pickle,
+# 2**40 elements to ``repr``), integers of any length, tensors on the meta device, sparse or
+# quantized, declared far larger than their storage (stride 0). So nothing loaded is formatted
+# whole: errors name types, lengths and shapes, and every check reads metadata only, before any
+# tensor data is touched.
+
+#: The published file is a dict and one vector (hidden_size values, a few kB); anything this size
+#: or larger is not one, and is refused before torch reads it.
+MAX_MASK_FILE_BYTES = 1 << 24
+_MASK_DTYPES = ("float32", "bfloat16", "float16", "float64")  # torch dtype names the row may be cast from
+
+
+def _torch(path: Path):
+    try:
+        import torch
+    except ImportError:
+        raise UsageError(f"{path}: reading a .pt file needs torch; pip install 'dflash-gguf[torch]'") from None
+    return torch
+
+
+def read_mask_file(path: Path, hidden_size: int):
+    """``torch.load(path, weights_only=True)`` on the CPU, for a file of bounded size.
+
+    Raises:
+        UsageError: no torch.
+        WeightsError: too large to be a mask embedding, or torch cannot read it (one line)."""
+    torch = _torch(path)
+    try:
+        size = path.stat().st_size
+    except OSError as exc:
+        raise WeightsError(f"{path}: cannot be read ({exc.strerror or type(exc).__name__}); re-download it") from None
+    if size > MAX_MASK_FILE_BYTES:
+        raise WeightsError(f"{path}: {size:,} bytes is not a mask embedding (one vector of {hidden_size} values, "
+                           f"a few kB); re-download it")
+    try:
+        # weights_only: a .pt file is a pickle; never execute code from a downloaded checkpoint
+        with warnings.catch_warnings():  # torch warns about pickle protocols before refusing; the error says it
+            warnings.simplefilter("ignore")
+            return torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # noqa: BLE001 - torch raises many types for a corrupt or hostile file
+        why = str(exc)[:120].splitlines()[0] if str(exc) else ""
+        raise WeightsError(f"{path}: not a readable tensor file ({type(exc).__name__}: {why}); "
+                           "re-download it") from None
+
+
+def describe(value) -> str:
+    """What a loaded value is, in a few words, without formatting the value itself (a shared
+    nested list expands to 2**40 elements; a long int to thousands of digits)."""
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return (f"a {value.layout} {value.dtype} tensor of shape {_shape(value)} on {value.device.type}"
+                .replace("torch.strided ", ""))
+    if isinstance(value, dict):
+        keys = [k for k in itertools.islice(value, 6) if isinstance(k, str) and len(k) <= 40]
+        more = ", …" if len(value) > len(keys) else ""
+        return f"a dict with {len(value)} key(s) ({', '.join(map(repr, keys))}{more})"
+    if isinstance(value, (list, tuple)):
+        return f"a {type(value).__name__} of {len(value)} item(s)"
+    return f"a {type(value).__name__}"
+
+
+def _shape(t) -> str:
+    dims = list(t.shape)
+    return str(dims) if len(dims) <= 4 else f"[{', '.join(map(str, dims[:4]))}, …] ({len(dims)} dims)"
+
+
+def _dense_cpu(t, path: Path, what: str) -> None:
+    import torch
+
+    if t.layout != torch.strided:
+        raise WeightsError(f"{path}: {what} is a {t.layout} tensor; expected a dense one (re-download it)")
+    if t.device.type != "cpu":  # loaded with map_location="cpu": only the meta device stays behind
+        raise WeightsError(f"{path}: {what} is a tensor on the {t.device.type} device, which holds no values; "
+                           "re-download it")
+    if t.is_quantized:
+        raise WeightsError(f"{path}: {what} is a quantized tensor ({t.dtype}); expected a float one (re-download it)")
+
+
+def mask_id_of(value, path: Path) -> int:
+    """The mask token id: an int (or an integral float, which mainline's ``!=`` test accepts too),
+    or a tensor of one such element.
+
+    Raises:
+        WeightsError: anything else (named by type and shape, never printed)."""
+    import math
+
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        _dense_cpu(value, path, "mask_token_id")
+        if value.numel() != 1 or value.is_complex() or value.dtype == torch.bool:
+            raise WeightsError(f"{path}: mask_token_id is {describe(value)}; expected one integer")
+        value = value.reshape(()).item()
+    if isinstance(value, float) and math.isfinite(value) and value.is_integer() and abs(value) < 2**53:
+        value = int(value)
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise WeightsError(f"{path}: mask_token_id is {describe(value)}; expected one integer")
+    if not 0 <= value < 2**31:  # never formatted: an int may have any number of digits
+        raise WeightsError(f"{path}: mask_token_id is not a token id (negative, or 2**31 or more); re-download it")
+    return value
+
+
+def embedding_of(value, path: Path, hidden_size: int, *, flat_only: bool = True):
+    """The embedding vector, 1-D, in its stored dtype, after checking (metadata first) that it
+    is a dense CPU float tensor of ``hidden_size`` finite values. ``flat_only=False`` takes any
+    shape of ``hidden_size`` values (a (1, hidden_size) row), as the reference always has.
+
+    Raises:
+        WeightsError: what it is instead, in one line (never its values)."""
+    import torch
+
+    if not isinstance(value, torch.Tensor):
+        raise WeightsError(f"{path}: embedding is {describe(value)}; expected a tensor of {hidden_size} floats")
+    _dense_cpu(value, path, "embedding")
+    if str(value.dtype).removeprefix("torch.") not in _MASK_DTYPES:
+        raise WeightsError(f"{path}: embedding has dtype {value.dtype}; expected a float tensor "
+                           f"({'/'.join(_MASK_DTYPES)})")
+    shape = tuple(value.shape)
+    if shape != (hidden_size,) and (flat_only or value.numel() != hidden_size):
+        raise WeightsError(f"{path}: embedding has shape {_shape(value)}, expected [{hidden_size}] (hidden_size)")
+    vec = value.detach().reshape(hidden_size)
+    bad = ~torch.isfinite(vec)
+    if bool(bad.any()):
+        i = int(bad.nonzero()[0, 0])
+        raise WeightsError(f"{path}: embedding value {i} is {float(vec[i])} ({int(bad.sum())} of {hidden_size} are "
+                           "NaN/inf); a runtime would draft garbage with it; re-download it")
+    return vec
 
 
 def target_tables(cfg: DrafterConfig, inventory: list[SourceTensor], target_gguf: str | Path | None,

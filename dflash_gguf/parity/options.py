@@ -1,7 +1,11 @@
 """ParityOptions: the settings of one parity run (echoed in the report's ``settings``)."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+
+from ..config.values import MAX_BLOCK_SIZE
+from ..errors import UsageError
 
 
 @dataclass(frozen=True)
@@ -21,3 +25,19 @@ class ParityOptions:
     stop_ids: tuple[int, ...] | None = None  # None: the target's eos ids
     target_backend: str = "native"  # "native" (our Qwen3/Llama) | "transformers" (any HF causal LM)
     jobs: int = 0  # prompts run at once on CPU, one torch thread each (reference/pool.py); 0 = one per core
+
+    def __post_init__(self) -> None:
+        """Flag values that would size buffers absurdly or mean nothing: refused before any model loads."""
+        checks = (
+            ("block_size", self.block_size is None or 2 <= self.block_size <= MAX_BLOCK_SIZE, f"2..{MAX_BLOCK_SIZE:,}"),
+            ("max_new_tokens", self.max_new_tokens >= 1, "at least 1"),
+            ("runs", self.runs >= 1, "at least 1"),
+            ("jobs", self.jobs >= 0, "0 (one per core) or more"),
+            ("top_k", self.top_k >= 0, "0 (off) or more"),
+            ("temperature", math.isfinite(self.temperature) and self.temperature >= 0, "finite and >= 0"),
+            ("top_p", 0 < self.top_p <= 1, "in (0, 1]"),
+            ("draft_context", self.draft_context is None or self.draft_context >= 1, "at least 1"),
+        )
+        for name, ok, rule in checks:
+            if not ok:
+                raise UsageError(f"--{name.replace('_', '-')} {getattr(self, name)}: out of range; give {rule}")

@@ -13,7 +13,11 @@ kernels release the GIL for a whole task: that path stays on threads too.
 from __future__ import annotations
 
 import multiprocessing
+import os
+import select
 import signal
+import threading
+import time
 from concurrent.futures import ProcessPoolExecutor
 from math import prod
 from typing import Sequence
@@ -28,6 +32,8 @@ from .scratch import Scratch
 #: Values to quantize by a search type below which worker processes are not started: each
 #: imports numpy and gguf-py (~0.3 s), which a small job would not win back.
 MIN_VALUES = 1 << 25
+#: How often a worker whose kernel cannot signal its parent's exit (no pidfd) checks its parent pid.
+PARENT_POLL_S = 0.2
 
 
 def worth_it(threads: int, entries: Sequence) -> bool:
@@ -52,16 +58,53 @@ def start(workers: int) -> ProcessPoolExecutor:
     """A pool of ``workers`` processes on the numpy path. Spawned, not forked: the parent may have
     threads (a progress bar's, the writer's read-ahead) whose locks a fork would copy held."""
     return ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
-                               initializer=_init_worker)
+                               initializer=_init_worker, initargs=(os.getpid(),))
 
 
-def _init_worker() -> None:
+def _init_worker(parent: int | None = None) -> None:
     # Ctrl-C reaches every process of the terminal's group: the parent reports it and shuts the
     # pool down; a worker that took it would print a traceback of its own.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if parent is not None:
+        die_with_parent(parent)
     from . import _numba
 
     _numba.set_enabled(False)  # the parent chose the numpy path (by flag, setting or absence)
+
+
+def die_with_parent(parent: int) -> None:
+    """End this process as soon as ``parent`` (the pid that started it) has exited, however it
+    ended: SIGKILL and an OOM kill included, which run no clean-up in the parent. Otherwise a
+    worker outlives it, blocked for ever on the task queue (every worker holds that pipe's write
+    end too, so it never reads EOF).
+
+    A daemon thread waits on a pidfd of the parent (Linux 5.3+: readable when the parent exits),
+    else polls ``os.getppid()`` every PARENT_POLL_S: an orphan is re-parented (to init or a
+    subreaper) before the parent's exit is signalled, so the pid it reports changes. Not
+    ``prctl(PR_SET_PDEATHSIG)``: that fires when the *thread* that started the worker exits, and
+    the pool starts workers on demand from whichever thread submits (the writer's read-ahead
+    thread, which ends with each file). A parent already gone when this runs (the race before the
+    watch starts) ends the worker at once."""
+    if os.getppid() != parent:
+        os._exit(1)
+    fd = None
+    if hasattr(os, "pidfd_open"):
+        try:
+            fd = os.pidfd_open(parent)
+        except OSError:  # no pidfd support (kernel, seccomp): poll instead
+            fd = None
+        if fd is not None and os.getppid() != parent:  # the pid was reused between the two checks
+            os._exit(1)
+    threading.Thread(target=_watch_parent, args=(parent, fd), name="dflash-parent-watch", daemon=True).start()
+
+
+def _watch_parent(parent: int, fd: int | None) -> None:
+    while os.getppid() == parent:
+        if fd is None:
+            time.sleep(PARENT_POLL_S)
+        elif select.select([fd], [], [], 5.0)[0]:  # the timeout only re-checks getppid, belt and braces
+            break
+    os._exit(1)  # no clean-up to do: the parent is gone, nobody reads this process's results
 
 
 _reader: TensorReader | None = None

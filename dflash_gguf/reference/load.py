@@ -1,14 +1,16 @@
 """Load the reference drafter / target from Hugging Face directories (config.json + safetensors)."""
 from __future__ import annotations
 
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 import numpy as np
 import torch
 from torch import nn
 
 from ..config import MASK_FILE, DrafterConfig, load_config, load_target_config
-from ..errors import UsageError, WeightsError
+from ..errors import ConfigError, UsageError, WeightsError
 from ..fileio.safetensors import FLOAT_DTYPES, read_inventory, read_raw, to_f32
 from .drafter import DFlashDrafter
 from .target import Target, TargetSpec
@@ -129,12 +131,27 @@ def sanitize_target(state: dict[str, torch.Tensor], spec: TargetSpec) -> dict[st
 def _check_depth(state: dict[str, torch.Tensor], n_layers: int, prefix: str, where: str) -> None:
     """The weights hold exactly layers 0..n_layers-1: checked before the module is built, which
     takes time in the number of layers (a corrupt config may claim tens of thousands)."""
-    found = {int(k[len(prefix):].split(".", 1)[0]) for k in state
-             if k.startswith(prefix) and k[len(prefix):].split(".", 1)[0].isdigit()}
-    if found != set(range(n_layers)):
+    ids = (k[len(prefix):].split(".", 1)[0] for k in state if k.startswith(prefix))
+    # a digit string too long for a layer id (or int()'s 4300-digit limit) counts as one past any depth
+    found = {int(i) if len(i) <= 9 else 10**9 for i in ids if i.isascii() and i.isdigit()}
+    # ids 0..n-1 exactly, compared without building range(n_layers) (a config may claim 2**31)
+    if len(found) != n_layers or (found and (min(found) != 0 or max(found) != n_layers - 1)):
         raise WeightsError(f"{where}: the config says {n_layers} layers but the weights hold "
                            f"{len(found)} (ids {min(found, default=None)}..{max(found, default=None)}); "
                            "is this config.json the one that came with these weights?")
+
+
+@contextmanager
+def _sizes_from(where) -> Iterator[None]:
+    """Building a module on the meta device allocates nothing, but torch still multiplies out the
+    shapes config.json implies: sizes no tensor can have (hidden_size 2**31 - 1 times a fused
+    width) overflow there. Said in one line, before any weight is compared."""
+    try:
+        yield
+    except (RuntimeError, ValueError, OverflowError) as exc:
+        why = str(exc).splitlines()[0][:160] if str(exc) else type(exc).__name__
+        raise ConfigError(f"{where}: the sizes in config.json make no buildable model ({why}); "
+                          "is this config.json the one that came with these weights?") from None
 
 
 def drafter_from_state(cfg: DrafterConfig, state: dict[str, torch.Tensor], *, dtype="float32",
@@ -151,7 +168,7 @@ def drafter_from_state(cfg: DrafterConfig, state: dict[str, torch.Tensor], *, dt
     state = sanitize_drafter(state, cfg)
     _check_depth(state, cfg.num_hidden_layers, "layers.", str(cfg.path.parent))
     layout = layout_from_state(cfg, state) if cfg.dspark is not None else None
-    with torch.device("meta"):
+    with _sizes_from(cfg.path), torch.device("meta"):
         module = DFlashDrafter(cfg, layout)
     return _load_into(module, state, str(cfg.path.parent), resolve_dtype(dtype), resolve_device(device))
 
@@ -159,7 +176,7 @@ def drafter_from_state(cfg: DrafterConfig, state: dict[str, torch.Tensor], *, dt
 def target_from_state(spec: TargetSpec, state: dict[str, torch.Tensor], *, dtype="float32", device="auto",
                       where: str = "target") -> Target:
     _check_depth(state, spec.num_hidden_layers, "model.layers.", where)
-    with torch.device("meta"):
+    with _sizes_from(where), torch.device("meta"):
         module = Target(spec)
     target = _load_into(module, sanitize_target(state, spec), where, resolve_dtype(dtype), resolve_device(device))
     if spec.tie_word_embeddings:
@@ -171,28 +188,33 @@ def read_mask_embedding(drafter_dir: Path, cfg: DrafterConfig) -> torch.Tensor |
     """MiMo's side file: one vector that replaces the MASK token's embedding row (the released
     checkpoint's own row is ~zero). vLLM (``qwen3_dflash.py``, PR #46104) and SGLang load it
     when present; the published file is ``{"mask_token_id", "embedding"}``, some exports save the
-    bare vector. Read with ``weights_only=True``: tensors and plain containers only.
+    bare vector. Read with ``weights_only=True`` (tensors and plain containers only) and checked
+    as convert checks it (``convert.mask_embedding``: structure and metadata before any value,
+    nothing loaded ever formatted whole).
 
     Raises:
-        WeightsError: an unreadable file, another mask id, a per-position table, or a vector
-            that is not ``hidden_size`` long.
+        WeightsError: an unreadable file, another mask id, a per-position table, or anything but
+            ``hidden_size`` finite floats in a dense CPU tensor.
     """
+    from ..convert.mask_embedding import describe, embedding_of, mask_id_of, read_mask_file
+
     path = drafter_dir / MASK_FILE
     if not path.is_file():
         return None
-    try:
-        got = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as exc:  # any unpickling failure is a bad weights file, said in one line
-        raise WeightsError(f"{path}: not a readable torch file ({type(exc).__name__}: {exc})") from None
+    got = read_mask_file(path, cfg.hidden_size)
     if isinstance(got, dict):
+        if "per_position" in got and not isinstance(got["per_position"], (bool, int, type(None))):
+            raise WeightsError(f"{path}: per_position is {describe(got['per_position'])}; expected true or false")
         if got.get("per_position"):
             raise WeightsError(f"{path}: per-position mask embeddings are not supported by the reference")
-        if got.get("mask_token_id", cfg.mask_token_id) != cfg.mask_token_id:
-            raise WeightsError(f"{path}: for mask_token_id {got['mask_token_id']}, but the config's is {cfg.mask_token_id}")
-        got = got.get("embedding", next(iter(got.values())) if len(got) == 1 else None)
-    if not isinstance(got, torch.Tensor) or got.numel() != cfg.hidden_size:
-        raise WeightsError(f"{path}: expected one embedding of {cfg.hidden_size} values")
-    return got.reshape(-1).float()
+        if "mask_token_id" in got:
+            mask_id = mask_id_of(got["mask_token_id"], path)
+            if mask_id != cfg.mask_token_id:
+                raise WeightsError(f"{path}: for mask_token_id {mask_id}, but the config's is {cfg.mask_token_id}")
+        got = got["embedding"] if "embedding" in got else next(iter(got.values())) if len(got) == 1 else None
+    if not isinstance(got, torch.Tensor) or got.numel() != cfg.hidden_size:  # numel: from the shape, no data read
+        raise WeightsError(f"{path}: expected one embedding of {cfg.hidden_size} values, got {describe(got)}")
+    return embedding_of(got, path, cfg.hidden_size, flat_only=False).float()
 
 
 def attach_mask_embedding(model: DFlashDrafter) -> DFlashDrafter:

@@ -27,6 +27,11 @@ from .pretokenizer import decide_pre
 from .special_vocab import SPECIAL_TYPES, special_vocab_kvs
 
 INSTALL = "pip install 'dflash-gguf[tokenizers]'"
+#: ``[PAD{i}]`` tokens a rebuilt vocabulary may gain past the tokenizer's last id, or the tokenizer's
+#: own size if larger (real targets pad a few hundred rows: Qwen3 151,936 for 151,669 tokens).
+#: config.json's vocab_size sizes the token list; checked against the tokenizer before it is built
+#: (2**31 - 1 would otherwise be ~100 GB of "[PAD…]" strings).
+MAX_PADDING = 1 << 16
 
 # --- which vocab recipe llama.cpp's converter uses per target architecture ------------------
 # (DFlashModel.set_vocab resolves the target's class from text_config.architectures or
@@ -179,6 +184,7 @@ def _spm_vocab(d: Path, vocab_size: int) -> HFVocab:
     if n_sp > vocab_size:
         # llama.cpp truncates with a warning; a vocab cut short is not one to embed.
         raise TargetError(f"{path}: {n_sp} pieces but config.json vocab_size is {vocab_size}; fix the config, or {HINT}")
+    check_padding(path, n_sp, vocab_size)
     notes: list[str] = []
     tokens: list[str] = [f"[PAD{i}]" for i in range(vocab_size)]
     scores: list[float] = [-10000.0] * vocab_size
@@ -271,6 +277,7 @@ def _bpe_vocab(d: Path, vocab_size: int, tj: Any = None) -> HFVocab:
         raise TargetError(
             f"{tj_path}: token id {max(vocab.values())} is past config.json vocab_size {vocab_size}; fix the config, or {HINT}"
         )
+    check_padding(tj_path, max(vocab.values()) + 1, vocab_size)
     _check_added_tokens_agree(d, tc, decoder, vocab)
     added_by_text = {at.content: i for i, at in decoder.items()}
     reverse = {i: t for t, i in vocab.items()}
@@ -322,6 +329,18 @@ def _bpe_vocab(d: Path, vocab_size: int, tj: Any = None) -> HFVocab:
     if not any(kv.key == K_MERGES for kv in kvs):
         raise TargetError(f"{d}: BPE tokenizer without merges (tokenizer.json model.merges / merges.txt); {HINT}")
     return HFVocab(kvs, "gpt2", pre, pre_src, notes)
+
+
+def check_padding(where: Path, n_tokens: int, vocab_size: int) -> None:
+    """Refuse a config.json vocab_size so far past the tokenizer's ``n_tokens`` ids that padding
+    it would be a memory bomb rather than a model (before any token list is built).
+
+    Raises:
+        TargetError: more than ``max(MAX_PADDING, n_tokens)`` padding tokens."""
+    if vocab_size - n_tokens > max(MAX_PADDING, n_tokens):
+        raise TargetError(
+            f"{where}: the tokenizer has {n_tokens:,} tokens but config.json vocab_size is {vocab_size:,}; "
+            f"no target pads its vocabulary by {vocab_size - n_tokens:,} tokens: fix vocab_size, or {HINT}")
 
 
 def _full_vocab(tok, tj: Any, decoder: dict) -> dict[str, int]:

@@ -59,8 +59,10 @@ class TargetInfo:
         return default
 
 
-def load_target(target_gguf: str | Path | None = None, target_dir: str | Path | None = None) -> TargetInfo | None:
+def load_target(target_gguf: str | Path | None = None, target_dir: str | Path | None = None, *,
+                drafter: DrafterConfig | None = None) -> TargetInfo | None:
     """The CLI's ``--target-gguf`` / ``--target-dir`` pair: at most one; None when neither.
+    ``drafter``: checked against the target's config.json before its vocabulary is built.
 
     Raises:
         UsageError: both were given.
@@ -71,7 +73,7 @@ def load_target(target_gguf: str | Path | None = None, target_dir: str | Path | 
     if target_gguf is not None:
         return target_from_gguf(target_gguf)
     if target_dir is not None:
-        return target_from_hf_dir(target_dir)
+        return target_from_hf_dir(target_dir, drafter=drafter)
     return None
 
 
@@ -183,8 +185,12 @@ def _raw_strings(header: GGUFHeader, keys: Iterable[str]) -> dict[str, Any]:
     return out
 
 
-def target_from_hf_dir(path: str | Path) -> TargetInfo:
+def target_from_hf_dir(path: str | Path, *, drafter: DrafterConfig | None = None) -> TargetInfo:
     """Build the target's tokenizer KVs from its Hugging Face dir, as llama.cpp would.
+
+    config.json's vocab_size sizes the token list (``[PAD…]`` up to it): it is checked against
+    ``drafter``'s (when given) and, by ``hf_vocab``, against the tokenizer's size before any list
+    is built.
 
     Raises:
         TargetError: missing/unsupported tokenizer files or architecture, a tokenizer that
@@ -200,6 +206,9 @@ def target_from_hf_dir(path: str | Path) -> TargetInfo:
         cfg = load_target_config(d)
     except ConfigError as exc:
         raise TargetError(f"target: {exc}") from None
+    if drafter is not None and drafter.vocab_size != cfg.vocab_size:
+        raise TargetError(f"drafter {drafter.path} does not fit the target: "
+                          + _vocab_mismatch(drafter.vocab_size, cfg.vocab_size, f"target {d}"))
     from .hf_vocab import vocab_from_hf_dir  # ~7 ms (hashlib, the pre-tokenizer table): --target-dir only
 
     arch, vocab = vocab_from_hf_dir(d, cfg.vocab_size)
@@ -210,6 +219,11 @@ def target_from_hf_dir(path: str | Path) -> TargetInfo:
         n_vocab_tokens=n_tokens, tokenizer_model=vocab.model, tokenizer_pre=vocab.pre or None, pre_source=vocab.pre_source,
         kvs=tuple(vocab.kvs), notes=tuple(vocab.notes), uses_mrope=cfg.uses_mrope,
     )
+
+
+def _vocab_mismatch(drafter_vocab: int, target_vocab: int, where: str) -> str:
+    return (f"vocab_size {drafter_vocab} (drafter) != {target_vocab} ({where}); the drafter borrows the "
+            "target's embeddings and lm_head, so it must be the target it was trained for")
 
 
 def check_drafter_fits(target: TargetInfo, drafter: DrafterConfig, fc_in_features: int | None = None) -> list[str]:
@@ -228,10 +242,7 @@ def check_drafter_fits(target: TargetInfo, drafter: DrafterConfig, fc_in_feature
     warnings: list[str] = []
     where = f"target {target.source}"
     if drafter.vocab_size != target.vocab_size:
-        problems.append(
-            f"vocab_size {drafter.vocab_size} (drafter) != {target.vocab_size} ({where}); the drafter borrows the "
-            "target's embeddings and lm_head, so it must be the target it was trained for"
-        )
+        problems.append(_vocab_mismatch(drafter.vocab_size, target.vocab_size, where))
     if fc_in_features is not None:
         n = drafter.n_taps
         if n == 0 or fc_in_features % n:
