@@ -166,15 +166,30 @@ def _target(tmp_path: Path, src: Path = TARGET_DIR, **values) -> Path:
 @pytest.mark.parametrize("src,vocab", [(TARGET_DIR, 2**31 - 1), (TARGET_DIR, 10**7), (SPM_TARGET_DIR, 10**7)])
 def test_target_vocab_size_far_past_its_tokenizer(tmp_path, src, vocab):
     """vocab_size sizes the ``[PAD{i}]`` list of a rebuilt vocabulary: 2**31 - 1 used to build it
-    (MemoryError after 30 s and 6 GB; 10**7: ~1 GB) before the drafter mismatch was noticed."""
+    (MemoryError after 30 s and 6 GB; 10**7: ~1 GB). The drafter claims the same size, so the
+    drafter-vs-target check (made first) passes and the tokenizer's own bound must hold."""
     pytest.importorskip("tokenizers" if src == TARGET_DIR else "sentencepiece")
     t = _target(tmp_path, src, vocab_size=vocab)
+    d = tmp_path / "drafter"
+    shutil.copytree(DRAFTER, d)
+    cfg = json.loads((d / "config.json").read_text())
+    (d / "config.json").write_text(json.dumps({**cfg, "vocab_size": vocab}))
     out = tmp_path / "d.gguf"
     before = fingerprint(_files(t))
-    run = run_cli(["convert", DRAFTER, "--target-dir", t, "-o", out], timeout=60, address_space_mib=3072)
+    run = run_cli(["convert", d, "--target-dir", t, "-o", out], timeout=60, address_space_mib=3072)
     assert_one_line_error(run, EXIT_TARGET)
     assert f"config.json vocab_size is {vocab:,}" in run.stderr and "fix vocab_size" in run.stderr, str(run)
     assert fingerprint(_files(t)) == before and not out.exists()
+    assert_bounded(run, rss_mib=400, wall_s=20)
+
+
+def test_a_target_that_does_not_fit_the_drafter_is_refused_before_its_vocabulary_is_built(tmp_path):
+    """The drafter's vocab_size differs from the target's: refused from the two configs alone."""
+    pytest.importorskip("tokenizers")
+    t = _target(tmp_path, vocab_size=2**31 - 1)
+    run = run_cli(["convert", DRAFTER, "--target-dir", t, "-o", tmp_path / "d.gguf"], timeout=60, address_space_mib=3072)
+    assert_one_line_error(run, EXIT_TARGET)
+    assert "does not fit the target: vocab_size 512 (drafter) != 2147483647" in run.stderr, str(run)
     assert_bounded(run, rss_mib=400, wall_s=20)
 
 
