@@ -183,6 +183,7 @@ def test_port_in_use(cli, fake_bin, fake_env):
 
 
 def test_plots_written(run_fake, tmp_path):
+    pytest.importorskip("matplotlib", reason="matplotlib is not installed (the [plots] extra)")
     code, rep, _, se = run_fake("--plots", tmp_path / "plots", "--thinking", "on")
     assert code == 0, se
     names = sorted(p.rsplit("/", 1)[-1] for p in rep["plots"])

@@ -11,7 +11,7 @@ from gguf import GGML_QUANT_SIZES, GGUFReader, GGUFValueType, GGUFWriter
 
 from dflash_gguf.convert import convert
 
-from tests.conftest import DRAFTERS, TARGETS
+from tests.conftest import DRAFTERS, TARGETS, optional_packages
 
 QWEN_DIR = TARGETS / "qwen3-tiny"
 LLAMA_GGUF = TARGETS / "llama-tiny.gguf"
@@ -37,7 +37,8 @@ def converted(tmp_path_factory):
         if key not in cache:
             out = root / f"{drafter}-{fmt}-{outtype}.gguf"
             target = {} if fmt == "lucebox" else TARGET[drafter]
-            convert(DRAFTERS / drafter, out, format=fmt, outtype=outtype, **target)
+            with optional_packages():  # a target dir's tokenizer needs the [tokenizers] extra
+                convert(DRAFTERS / drafter, out, format=fmt, outtype=outtype, **target)
             cache[key] = out
         return cache[key]
 

@@ -182,6 +182,7 @@ def test_cache_key_follows_what_the_converter_reads(tmp_path):
 def ours(tmp_path_factory):
     from dflash_gguf.cli import main
 
+    pytest.importorskip("tokenizers", reason="the target's tokenizer.json needs the [tokenizers] extra")
     out = tmp_path_factory.mktemp("ours") / "d.gguf"
     assert main(["convert", str(DRAFTERS / "qwen3-flat"), "--target-dir", str(TARGETS / "qwen3-tiny"), "-o", str(out)]) == 0
     return out

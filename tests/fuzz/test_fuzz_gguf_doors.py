@@ -53,6 +53,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from dflash_gguf.errors import DflashError
 from dflash_gguf.fileio.gguf_header import parse_header_bytes
 from dflash_gguf.fileio.string_array import StringArray
+from tests.conftest import skip_if_missing_package
 from tests.fuzz.limits import CaseTimeout, time_limit
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -181,6 +182,8 @@ def corpus(tmp_path_factory) -> dict[str, Base]:
         for fmt in formats:
             out = tmp / f"{drafter}-{fmt}.gguf"
             code, _, err = _cli(["convert", DRAFTERS / drafter, "--target-dir", QWEN_DIR, "--format", fmt, "-o", out])
+            if code:
+                skip_if_missing_package(err)  # the target's tokenizer.json needs the [tokenizers] extra
             if drafter == "qwen3-dflash2" and fmt != "llama.cpp":
                 assert code == 2, err  # DFlash2 loads only in mainline llama.cpp: a clean usage error
                 continue
@@ -848,6 +851,8 @@ def test_subprocess_entry_point(base, mutation, argv, allowed, corpus, layouts, 
     assert list((tmp_path / "out").iterdir()) == [] or p.returncode == 0
 
 
+@pytest.mark.skipif(not KEEP_GOING, reason="only with DFLASH_FUZZ_KEEP_GOING=1 (otherwise each door fails at its "
+                                           "first failing case and nothing is recorded)")
 def test_no_failures_recorded():
     """With DFLASH_FUZZ_KEEP_GOING=1 the doors record failures instead of stopping; fail here."""
     if FAILURES:

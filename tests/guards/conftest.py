@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from dflash_gguf.fileio.gguf_header import read_header
-from tests.conftest import DRAFTERS, FIXTURES, TARGETS
+from tests.conftest import DRAFTERS, FIXTURES, TARGETS, optional_packages
 
 GUARDS = FIXTURES / "guards"
 Q = gguf.GGMLQuantizationType
@@ -82,7 +82,8 @@ def drafters(tmp_path_factory):
     out = {}
     for fmt in FORMATS:
         out[fmt] = d / f"{fmt}.gguf"
-        convert(DRAFTERS / "qwen3-nested", out[fmt], format=fmt, target_dir=TARGETS / "qwen3-tiny")
+        with optional_packages():  # the target's tokenizer.json needs the [tokenizers] extra
+            convert(DRAFTERS / "qwen3-nested", out[fmt], format=fmt, target_dir=TARGETS / "qwen3-tiny")
     # The target those drafters fit: 5 layers, hidden 64, the same vocabulary, RoPE 1e7.
     h = read_header(out["llama.cpp"])
     w = gguf.GGUFWriter(d / "target.gguf", "qwen3")

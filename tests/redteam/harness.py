@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Sequence
 
+from tests.conftest import skip_if_missing_package
+
 # The CLI as its console script runs it, without the console script (no PATH lookup).
 CLI = [sys.executable, "-c", "from dflash_gguf.cli import main; main()"]
 # Linux's ru_maxrss (wait4) also counts the RSS a child had when it was forked: the test
@@ -51,6 +53,7 @@ def run_cli(args: Sequence[str | os.PathLike], *, timeout: float = 60, env: dict
             cwd: str | os.PathLike | None = None, stdin: int | None = subprocess.DEVNULL,
             address_space_mib: int | None = None, file_size_limit: int | None = None) -> Run:
     """Run ``dflash-gguf ARGS`` in a child process; peak RSS from the child's own rusage (wait4).
+    A command that fails for want of an optional package that is not installed skips the test.
 
     ``address_space_mib`` caps the child's virtual memory (RLIMIT_AS) so a regression fails as a
     MemoryError instead of exhausting the machine; only for commands that load no numba / torch
@@ -83,8 +86,11 @@ def run_cli(args: Sequence[str | os.PathLike], *, timeout: float = 60, env: dict
     wall = time.monotonic() - t0
     # no report (killed, os._exit): wait4's figure, an upper bound
     rss = peak / 1024 if peak else p.rusage.ru_maxrss / 1024 if p.rusage is not None else float("nan")
-    return Run(tuple(map(str, args)), p.returncode, out.decode(errors="replace"), err.decode(errors="replace"),
-               rss, wall)
+    run = Run(tuple(map(str, args)), p.returncode, out.decode(errors="replace"), err.decode(errors="replace"),
+              rss, wall)
+    if run.code:
+        skip_if_missing_package(run.stderr)  # e.g. --target-dir without the [tokenizers] extra
+    return run
 
 
 def _read_peak(path: str) -> int:

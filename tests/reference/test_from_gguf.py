@@ -1,7 +1,11 @@
 """GGUF → checkpoint-named float32 weights + the config the file implies (used by parity)."""
 import numpy as np
 import pytest
-from safetensors.torch import load_file
+
+# dflash_gguf.reference imports torch (its models are torch modules), and so does the reference
+# checkpoint reader below: every test here needs it.
+pytest.importorskip("torch", reason="torch is not installed (the [torch] extra)")
+from safetensors.torch import load_file  # noqa: E402
 
 from dflash_gguf.config import load_config
 from dflash_gguf.formats import FORMATS
