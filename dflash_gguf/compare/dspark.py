@@ -16,6 +16,7 @@ import numpy as np
 from gguf import GGMLQuantizationType as Q
 
 from ..errors import WeightsError
+from ..fileio.bf16 import bf16_to_f32
 from ..fileio.gguf_reader import GGUFFile
 from ..fileio.safetensors import SourceTensor, read_raw
 from ..fileio.types import TensorInfo
@@ -64,7 +65,7 @@ def d2t_row(t: SourceTensor, f: GGUFFile, e: TensorInfo) -> TensorComparison:
                            gguf_shape=e.shape, nbytes=e.nbytes)
     raw = read_raw(t)
     if t.dtype == "BF16":
-        raw = (raw.astype(np.uint32) << 16).view(np.float32)
+        raw = bf16_to_f32(raw)
     try:
         want = np.asarray(raw, dtype=np.float32).astype(np.int64).reshape(-1)
     except (TypeError, ValueError):

@@ -27,6 +27,8 @@ from functools import lru_cache
 import numpy as np
 from gguf import GGMLQuantizationType as Q
 
+from ..fileio.bf16 import bf16_to_f32
+
 # bytes per block, values per block of the types with a kernel
 _BLOCKS = {Q.Q8_0: (34, 32), Q.Q4_K: (144, 256), Q.Q6_K: (210, 256)}
 _EXP_MASK = {Q.BF16: 0x7F80, Q.F16: 0x7C00}  # all exponent bits set: inf or NaN
@@ -124,7 +126,7 @@ def values16(bits: np.ndarray, t: Q) -> np.ndarray:
     """float32 values of 16-bit float bit patterns of type ``t`` (F16 or BF16)."""
     if t == Q.F16:
         return f16_table()[bits]
-    return (bits.astype(np.uint32) << 16).view(np.float32)
+    return bf16_to_f32(bits)
 
 
 @lru_cache(maxsize=None)

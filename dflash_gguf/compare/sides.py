@@ -16,6 +16,7 @@ import numpy as np
 from gguf import GGMLQuantizationType as Q
 
 from ..errors import DflashError, GGUFFormatError, WeightsError
+from ..fileio.bf16 import bf16_to_f32
 from ..fileio.gguf_reader import GGUFFile
 from ..fileio.safetensors import DTYPE_SIZES, SourceTensor
 from ..fileio.types import TensorInfo
@@ -130,11 +131,8 @@ def _deq(raw: np.ndarray, t: Q, rows: int, cols: int, out: np.ndarray | None = N
     y = fast(raw, t, rows, cols, out)  # Q8_0 / Q4_K / Q6_K kernels, F16 by table (same bits)
     if y is not None:
         return y
-    if t == Q.BF16 and out is not None:  # ggml_compute_bf16_to_fp32: the 16 bits become the top half
-        u = out[:rows * cols].view(np.uint32)
-        np.copyto(u, raw.view("<u2"))
-        u <<= 16
-        return u.view(np.float32).reshape(rows, cols)
+    if t == Q.BF16 and out is not None:
+        return bf16_to_f32(raw, out[:rows * cols]).reshape(rows, cols)
     if t == Q.Q8_0:
         # the hot quantized type, inline: half the time of gguf-py's version (which
         # dflash_gguf.quants uses) for the same y = x * d per element

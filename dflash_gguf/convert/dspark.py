@@ -28,6 +28,7 @@ from gguf import GGUFValueType as T
 
 from ..config import DrafterConfig
 from ..errors import WeightsError
+from ..fileio.bf16 import bf16_to_f32
 from ..fileio.safetensors import SourceTensor, read_raw
 from ..formats import Format
 from ..formats.dspark import HAS_CONFIDENCE_HEAD, SAMPLE_FROM_ANCHOR, gemma4_gguf_name
@@ -220,7 +221,7 @@ def d2t_absolute(t: SourceTensor, draft_vocab: int, vocab: int, where: str) -> n
         raise WeightsError(f"{where}: {t.name} has dtype {t.dtype}; d2t holds integer offsets (I64)")
     raw = read_raw(t)
     if t.dtype == "BF16":
-        raw = (raw.astype(np.uint32) << 16).view(np.float32)
+        raw = bf16_to_f32(raw)
     # mainline casts every tensor to float32 before it sees d2t, then to int64: the same here
     data = np.asarray(raw, dtype=np.float32).astype(np.int64).reshape(-1)
     if data.size != draft_vocab:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import OutputError, WeightsError
+from .bf16 import bf16_bytes_to_f32_bytes, bf16_to_f32
 
 if TYPE_CHECKING:  # numpy is imported by the readers of tensor data: an inventory needs none
     import numpy as np
@@ -291,25 +292,21 @@ def to_f32(t: SourceTensor, raw: np.ndarray | None = None) -> np.ndarray:
 
     raw = read_raw(t) if raw is None else raw
     if t.dtype == "BF16":
-        return (raw.astype(np.uint32) << 16).view(np.float32)
+        return bf16_to_f32(raw)
     if t.dtype in ("F16", "F32"):
         return raw.astype(np.float32, copy=False)
     raise WeightsError(f"{t.file}: tensor {t.name} has dtype {t.dtype}; only BF16/F16/F32 weights are supported")
 
 
 def bf16_bytes_to_f32(t: SourceTensor) -> bytearray:
-    """A BF16 tensor's little-endian float32 bytes, without numpy: each value's two bytes
-    become the top half of its float32 (``to_f32``'s shift), read in one go -- for small
-    tensors (the norms a bf16 conversion stores as F32)."""
+    """A small BF16 tensor's little-endian float32 bytes, read in one go and converted without
+    numpy (``bf16.bf16_bytes_to_f32_bytes``: the norms a bf16 conversion stores as F32)."""
     with open(t.file, "rb", buffering=0) as f:
         raw = os.pread(f.fileno(), t.nbytes, t.offset)
     if len(raw) != t.nbytes:
         raise WeightsError(f"{t.file}: tensor {t.name} ends early ({len(raw):,} of {t.nbytes:,} bytes read); "
                            "re-fetch the file")
-    out = bytearray(2 * len(raw))
-    out[2::4] = raw[0::2]
-    out[3::4] = raw[1::2]
-    return out
+    return bf16_bytes_to_f32_bytes(raw)
 
 
 def file_size(path: Path) -> int:

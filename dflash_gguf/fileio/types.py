@@ -61,10 +61,6 @@ def kv_u32(key: str, value: int) -> KV:
     return KV(key, int(value), GGUFValueType.UINT32)
 
 
-def kv_f32(key: str, value: float) -> KV:
-    return KV(key, float(value), GGUFValueType.FLOAT32)
-
-
 def kv_str(key: str, value: str) -> KV:
     return KV(key, str(value), GGUFValueType.STRING)
 

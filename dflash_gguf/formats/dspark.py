@@ -80,3 +80,15 @@ def dspark_summary(kvs, tensors: dict[str, tuple[int, ...]], arch: str) -> dict 
         "has_confidence_head": value(HAS_CONFIDENCE_HEAD),
         "gemma4_layout": any(is_gemma4_tensor(n) for n in tensors),
     }
+
+
+def claims_tensor(fmt, gguf_name: str) -> bool:
+    """Whether ``fmt`` (a ``Format``) accepts ``gguf_name`` as a DSpark tensor: the names the
+    shared tables do not know but a mainline DSpark drafter legitimately has."""
+    return fmt.supports_dspark and (gguf_name in DSPARK_GGUF_TENSORS or is_gemma4_tensor(gguf_name))
+
+
+def optional_tensor(fmt, gguf_name: str, tensor_names: Iterable[str]) -> bool:
+    """attn_v is optional in a k=v (Gemma4 DSpark) file of ``fmt``: the runtime reads V from attn_k."""
+    return (fmt.supports_dspark and gguf_name.endswith(".attn_v.weight")
+            and any(is_gemma4_tensor(t) for t in tensor_names))

@@ -67,8 +67,6 @@ GEMMA4_DSPARK_LAYER: dict[str, str] = {
 }
 GEMMA4_DSPARK_GLOBAL: dict[str, str] = {"confidence_proj.weight": "conf_proj.weight",
                                         "confidence_proj.bias": "conf_proj.bias"}
-DFLASH2_GLOBAL = ("candidate_selector.predecessor_codebook", "candidate_selector.successor_codebook",
-                  "candidate_selector.hidden_projection.weight")
 # Optional tensors some exports ship; the runtimes borrow the target's when absent.
 OPTIONAL_TENSORS: dict[str, str] = {"embed_tokens.weight": "token_embd.weight", "lm_head.weight": "output.weight"}
 # Known extras with an explicit rule: dropped, and reported as such.

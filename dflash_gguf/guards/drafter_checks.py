@@ -6,16 +6,18 @@ re-stated here. Every finding has category ``drafter``.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Iterator
 
 from ..errors import GGUFFormatError
 from ..fileio.gguf_constants import GGUFValueType as T
 from ..fileio.gguf_header import GGUFHeader, show
 from ..fileio.string_array import StringArray
-from ..formats import FORMATS, detect_format, meta_from_gguf
+from ..formats import FORMATS, DrafterMeta, Format, detect_format, meta_from_gguf
+from ..formats.dspark import claims_tensor, optional_tensor
 from ..formats.names import DROPPED_TENSORS
 from ..fileio.types import type_name
-from .findings import Finding, Severity, as_int, finding, model_check
+from .findings import Finding, Severity, as_int, finding
 
 # Tensors outside every format's name table that a drafter may carry: the llama3 RoPE table
 # the converter generates, and the reduced-vocab maps formats/ knows as extras.
@@ -24,30 +26,40 @@ _EXTRA_TENSORS = frozenset({"rope_freqs.weight", *DROPPED_TENSORS})
 _MAX_LAYERS = 256
 
 
-def drafter_format(h: GGUFHeader):
-    """(Format, DrafterMeta | None, problem | None) for a drafter file; None if not a drafter."""
+@dataclass(frozen=True)
+class DrafterView:
+    """A file as a drafter: what the drafter, DSpark and pairing checks read of it, worked out
+    once per file (``run_checks``)."""
+
+    fmt: Format | None  # None: not a drafter file
+    meta: DrafterMeta | None = None  # None: its DFlash keys do not parse (``problem`` says why)
+    problem: str | None = None
+
+
+def drafter_view(h: GGUFHeader) -> DrafterView:
+    """The drafter format of ``h`` and its parsed keys (or the reason they do not parse)."""
     fmt = detect_format(h.arch or "", h.kv, [t.name for t in h.tensors])
     if fmt is None:
-        return None
+        return DrafterView(None)
     try:
         _, meta = meta_from_gguf(h.kv, {t.name: t.shape for t in h.tensors}, h.path)
     except GGUFFormatError as exc:
-        return fmt, None, str(exc).removeprefix(f"{h.path}: ")
+        return DrafterView(fmt, None, str(exc).removeprefix(f"{h.path}: "))
     except (TypeError, ValueError, OverflowError) as exc:  # a key of the wrong type in a hostile file
-        return fmt, None, f"DFlash keys of unexpected types ({type(exc).__name__}: {exc})"
-    return fmt, meta, None
+        return DrafterView(fmt, None, f"DFlash keys of unexpected types ({type(exc).__name__}: {exc})")
+    return DrafterView(fmt, meta)
 
 
 def _d(h: GGUFHeader, sev: Severity, code: str, msg: str, where: str = "") -> Finding:
     return finding(h, sev, code, msg, where, "drafter")
 
 
-@model_check
-def check_drafter(h: GGUFHeader) -> Iterator[Finding]:
-    got = drafter_format(h)
-    if got is None:
+def check_drafter(h: GGUFHeader, view: DrafterView | None = None) -> Iterator[Finding]:
+    """``view``: ``drafter_view(h)``, which run_checks computes once for all the checks that read it."""
+    view = view or drafter_view(h)
+    fmt, meta, problem = view.fmt, view.meta, view.problem
+    if fmt is None:
         return
-    fmt, meta, problem = got
     a = show(h.arch or "")
     for key, level, why in fmt.required_keys:
         k = key.format(a=h.arch)
@@ -71,18 +83,16 @@ def check_drafter(h: GGUFHeader) -> Iterator[Finding]:
 
 
 def _drafter_tensors(h: GGUFHeader, fmt) -> Iterator[Finding]:
-    from .dspark_checks import dspark_claims, dspark_optional  # late: its check registers after this module's
-
     n = as_int(h.get(f"{h.arch}.block_count"))
     names = set(h.tensors_by_name)
     missing = [e for e in fmt.required_tensors(min(n or 0, _MAX_LAYERS))
-               if e not in names and not dspark_optional(h, fmt, e)]  # DSpark hook: k=v has no attn_v
+               if e not in names and not optional_tensor(fmt, e, names)]  # DSpark k=v: no attn_v
     if missing:
         shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
         yield _d(h, Severity.ERROR, "drafter-tensor-missing",
                  f"{len(missing)} tensor(s) the {fmt.name} loader needs are missing: {shown}", f"tensor {missing[0]}")
     for name in sorted(names):
-        if name in _EXTRA_TENSORS or fmt.source_name(name) is not None or dspark_claims(fmt, name):  # DSpark hook
+        if name in _EXTRA_TENSORS or fmt.source_name(name) is not None or claims_tensor(fmt, name):
             continue
         other = next((f.name for f in FORMATS.values() if f is not fmt and f.source_name(name)), None)
         hint = f" ({other} format's name: converted for another runtime?)" if other else ""

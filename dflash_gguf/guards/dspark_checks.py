@@ -18,24 +18,13 @@ from ..fileio.gguf_constants import GGUFValueType as T
 from ..fileio.gguf_header import GGUFHeader, show
 from ..fileio.string_array import StringArray
 from ..fileio.types import TensorInfo, type_name
-from ..formats.dspark import (CONF_PROJ, CONF_PROJ_BIAS, DSPARK_GGUF_TENSORS, DSPARK_HPARAMS, MARKOV_W1, MARKOV_W2,
-                              MARKOV_W2_SCALE, SAMPLE_FROM_ANCHOR, is_dspark, is_gemma4_tensor)
+from ..formats.dspark import (CONF_PROJ, CONF_PROJ_BIAS, DSPARK_HPARAMS, MARKOV_W1, MARKOV_W2, MARKOV_W2_SCALE,
+                              SAMPLE_FROM_ANCHOR, is_dspark)
 from ..formats.names import D2T
-from .drafter_checks import drafter_format
-from .findings import Finding, Severity, as_int, finding, model_check
+from .drafter_checks import DrafterView, drafter_view
+from .findings import Finding, Severity, as_int, finding
 
 _ACTS = ("silu", "gelu", "gelu_pytorch_tanh")  # what the dflash loader accepts
-
-
-def dspark_claims(fmt, name: str) -> bool:
-    """Names the shared tables do not know but a mainline DSpark drafter legitimately has."""
-    return fmt.supports_dspark and (name in DSPARK_GGUF_TENSORS or is_gemma4_tensor(name))
-
-
-def dspark_optional(h: GGUFHeader, fmt, name: str) -> bool:
-    """attn_v is optional in a k=v (Gemma4 DSpark) file: the runtime reads V from attn_k."""
-    return (fmt.supports_dspark and name.endswith(".attn_v.weight")
-            and any(is_gemma4_tensor(t) for t in h.tensors_by_name))
 
 
 def _d(h: GGUFHeader, sev: Severity, code: str, msg: str, where: str = "") -> Finding:
@@ -62,12 +51,11 @@ def _vocab(h: GGUFHeader) -> int | None:
     return len(tokens) if isinstance(tokens, StringArray) else None
 
 
-@model_check
-def check_dspark(h: GGUFHeader) -> Iterator[Finding]:
-    got = drafter_format(h)
-    if got is None:
+def check_dspark(h: GGUFHeader, view: DrafterView | None = None) -> Iterator[Finding]:
+    """``view``: ``drafter_view(h)``, which run_checks computes once for all the checks that read it."""
+    fmt = (view or drafter_view(h)).fmt
+    if fmt is None:
         return
-    fmt = got[0]
     if not is_dspark(h.kv, list(h.tensors_by_name), h.arch or ""):
         if fmt.supports_dspark:
             yield from _sinks(h)  # MiMo-style DFlash drafters carry sinks too

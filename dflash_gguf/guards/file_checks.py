@@ -13,12 +13,11 @@ from ..fileio.gguf_constants import GGUFValueType as T
 from ..fileio.gguf_header import GGUFHeader, show
 from ..fileio.string_array import StringArray
 from ..fileio.types import type_name
-from .findings import Finding, Severity, file_check, finding, model_check
+from .findings import Finding, Severity, finding
 
 
 # --- file checks ---------------------------------------------------------------------------
 
-@file_check
 def check_layout(h: GGUFHeader) -> Iterator[Finding]:
     # llama.cpp's gguf loader requires tensor i at offset sum(pad(nbytes_j)) for j < i:
     # stored back to back in header order. gguf-py always writes that; a hand-edited or
@@ -34,7 +33,6 @@ def check_layout(h: GGUFHeader) -> Iterator[Finding]:
         expected += t.nbytes + (-t.nbytes % h.alignment)
 
 
-@file_check
 def check_trailing(h: GGUFHeader) -> Iterator[Finding]:
     end = h.data_end + (-h.data_end % h.alignment) if h.tensors else h.header_end + (-h.header_end % h.alignment)
     if h.file_size > end:
@@ -44,7 +42,6 @@ def check_trailing(h: GGUFHeader) -> Iterator[Finding]:
                       f"byte {end:,}")
 
 
-@file_check
 def check_names(h: GGUFHeader) -> Iterator[Finding]:
     for t in h.tensors:
         if len(t.name.encode()) >= 64:  # GGML_MAX_NAME
@@ -106,7 +103,6 @@ KEY_TYPES: dict[str, tuple[tuple[T, T | None], ...]] = {
 }
 
 
-@model_check
 def check_keys(h: GGUFHeader) -> Iterator[Finding]:
     arch = h.get("general.architecture")
     if not isinstance(arch, str) or not arch:
@@ -126,7 +122,6 @@ def check_keys(h: GGUFHeader) -> Iterator[Finding]:
                           f"key {show(key)}")
 
 
-@model_check
 def check_tokenizer(h: GGUFHeader) -> Iterator[Finding]:
     tokens = h.get("tokenizer.ggml.tokens")
     if not isinstance(tokens, StringArray):
@@ -148,7 +143,6 @@ def check_tokenizer(h: GGUFHeader) -> Iterator[Finding]:
 _BLK = re.compile(r"^blk\.(\d+)\.")
 
 
-@model_check
 def check_tensors(h: GGUFHeader) -> Iterator[Finding]:
     if not h.tensors:
         yield finding(h, Severity.WARNING, "no-tensors",

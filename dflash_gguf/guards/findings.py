@@ -1,24 +1,15 @@
-"""What every check returns (``Finding``), what ``run_checks`` returns (``CheckReport``), and
-the three lists checks register in.
+"""What every check returns (``Finding``) and what ``run_checks`` returns (``CheckReport``).
 
 ``read_header`` already refuses anything that cannot be trusted (truncated, overlapping,
 out-of-bounds: ``GGUFFormatError``, exit 6). The checks run on a header that parsed and report
-what would still make a runtime refuse or misread the file. They are plain functions in three
-lists, so a new check is one decorated function:
-
-    FILE_CHECKS   (header)          -> findings   one physical file (offsets, layout)
-    MODEL_CHECKS  (model)           -> findings   the logical model: shard 1's keys + all tensors
-    PAIR_CHECKS   (drafter, target) -> findings   with --target
-
-A check registers when its module is imported; ``dflash_gguf/guards/__init__.py`` imports the
-check modules in one fixed order, which is the order findings are reported in.
+what would still make a runtime refuse or misread the file. They are plain functions, listed
+in report order in ``run.py``.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
-from typing import Callable, Iterable
 
 from ..fileio.gguf_header import GGUFHeader
 
@@ -56,28 +47,6 @@ class CheckReport:
     def has_errors(self, *categories: str) -> bool:
         return any(f.severity == Severity.ERROR and (not categories or f.category in categories)
                    for f in self.findings)
-
-
-HeaderCheck = Callable[[GGUFHeader], Iterable[Finding]]
-PairCheck = Callable[[GGUFHeader, GGUFHeader], Iterable[Finding]]
-FILE_CHECKS: list[HeaderCheck] = []
-MODEL_CHECKS: list[HeaderCheck] = []
-PAIR_CHECKS: list[PairCheck] = []
-
-
-def file_check(fn: HeaderCheck) -> HeaderCheck:
-    FILE_CHECKS.append(fn)
-    return fn
-
-
-def model_check(fn: HeaderCheck) -> HeaderCheck:
-    MODEL_CHECKS.append(fn)
-    return fn
-
-
-def pair_check(fn: PairCheck) -> PairCheck:
-    PAIR_CHECKS.append(fn)
-    return fn
 
 
 def finding(h: GGUFHeader, sev: Severity, code: str, msg: str, where: str = "",

@@ -10,14 +10,13 @@ from ..config import build_target_layer_ids
 from ..fileio.gguf_header import GGUFHeader, show
 from ..fileio.string_array import StringArray
 from ..formats.meta import ROPE_SECTIONS
-from .drafter_checks import drafter_format
-from .findings import Finding, Severity, as_int, finding, pair_check
+from .drafter_checks import DrafterView, drafter_view
+from .findings import Finding, Severity, as_int, finding
 from .instruct import Verdict, classify
 
 DRAFTER_ARCH_RE = re.compile(r"^(dflash|dflash-draft|.+-dflash-draft|eagle3?)$")
 
 
-@pair_check
 def pair_roles(d: GGUFHeader, t: GGUFHeader) -> Iterator[Finding]:
     if not (d.arch and DRAFTER_ARCH_RE.match(d.arch)):
         yield finding(d, Severity.WARNING, "pair-not-drafter",
@@ -39,7 +38,6 @@ def pair_roles(d: GGUFHeader, t: GGUFHeader) -> Iterator[Finding]:
                       "", "pairing")
 
 
-@pair_check
 def pair_vocab(d: GGUFHeader, t: GGUFHeader) -> Iterator[Finding]:
     dt, tt = d.get("tokenizer.ggml.tokens"), t.get("tokenizer.ggml.tokens")
     if not isinstance(tt, StringArray):
@@ -68,12 +66,12 @@ def pair_vocab(d: GGUFHeader, t: GGUFHeader) -> Iterator[Finding]:
 _CAPTURES_LAST_LAYER = frozenset({"deepseek4", "mimo2", "nemotron_h", "nemotron_h_moe"})
 
 
-@pair_check
-def pair_drafter(d: GGUFHeader, t: GGUFHeader) -> Iterator[Finding]:
-    got = drafter_format(d)
-    if got is None or got[1] is None:
+def pair_drafter(d: GGUFHeader, t: GGUFHeader, view: DrafterView | None = None) -> Iterator[Finding]:
+    """``view``: ``drafter_view(d)``, which run_checks computes once for all the checks that read it."""
+    view = view or drafter_view(d)
+    fmt, meta = view.fmt, view.meta
+    if fmt is None or meta is None:
         return
-    fmt, meta, _ = got
     ta = t.arch or ""
     depth, hidden = as_int(t.get(f"{ta}.block_count")), as_int(t.get(f"{ta}.embedding_length"))
     fc = d.tensors_by_name.get(fmt.fc_name)

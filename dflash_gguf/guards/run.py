@@ -1,5 +1,9 @@
-"""``run_checks``: every registered check over a file (all its shards), optionally against a
-``--target``, optionally with the ``--deep`` data scan.
+"""``run_checks``: every check over a file (all its shards), optionally against a ``--target``,
+optionally with the ``--deep`` data scan.
+
+The checks are plain functions, listed below in the order their findings are reported
+(integrity, then drafter, then DSpark, which refines the drafter findings). A new check is one
+function in a check module and one entry here.
 """
 from __future__ import annotations
 
@@ -8,8 +12,22 @@ from pathlib import Path
 from typing import Callable
 
 from ..errors import TargetError
-from .findings import FILE_CHECKS, MODEL_CHECKS, PAIR_CHECKS, CheckReport
+from .drafter_checks import check_drafter, drafter_view
+from .dspark_checks import check_dspark
+from .file_checks import check_keys, check_layout, check_names, check_tensors, check_tokenizer, check_trailing
+from .findings import CheckReport
+from .pairing import pair_drafter, pair_roles, pair_vocab
 from .shards import check_shards
+
+#: (header) -> findings, on each physical file (offsets and layout are per shard).
+FILE_CHECKS = (check_layout, check_trailing, check_names)
+#: (model) -> findings, on the logical model: shard 1's keys with every shard's tensors.
+MODEL_CHECKS = (check_keys, check_tokenizer, check_tensors, check_drafter, check_dspark)
+#: (drafter, target) -> findings, with --target.
+PAIR_CHECKS = (pair_roles, pair_vocab, pair_drafter)
+# The checks above that read the drafter view (``drafter_view``: format, parsed keys): it is
+# worked out once per file here and handed to each as ``view=``.
+_READ_VIEW = (check_drafter, check_dspark, pair_drafter)
 
 
 def run_checks(path: str | Path, *, target: str | Path | None = None, deep: bool = False,
@@ -26,8 +44,9 @@ def run_checks(path: str | Path, *, target: str | Path | None = None, deep: bool
         for chk in FILE_CHECKS:
             findings += chk(h)
     model = shards.model
+    view = drafter_view(model)
     for chk in MODEL_CHECKS:
-        findings += chk(model)
+        findings += chk(model, view=view) if chk in _READ_VIEW else chk(model)
     tpath = None
     if target is not None:
         tpath = Path(target)
@@ -36,7 +55,7 @@ def run_checks(path: str | Path, *, target: str | Path | None = None, deep: bool
         tset = check_shards(tpath)
         findings += [dataclasses.replace(f, category="pairing") for f in tset.findings]
         for chk in PAIR_CHECKS:
-            findings += chk(model, tset.model)
+            findings += chk(model, tset.model, view=view) if chk in _READ_VIEW else chk(model, tset.model)
     scanned = 0
     if deep:
         from .deep_scan import deep_scan  # here: it imports numpy, which header-only checks do not need

@@ -14,6 +14,7 @@ import numpy as np
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 
 from ..errors import QuantizationError
+from ..fileio.bf16 import bf16_to_f32
 from . import floats, legacy, q4_k, q6_k, q8_0  # noqa: F401  (importing registers the types)
 from .base import default_threads, quantize_array, registered
 
@@ -179,8 +180,8 @@ def dequantize(data: np.ndarray | bytes, qtype: str | int | GGMLQuantizationType
         return raw.view("<f4").astype(np.float32).reshape(shape)
     if t == GGMLQuantizationType.F16:
         return raw.view("<f2").astype(np.float32).reshape(shape)
-    if t == GGMLQuantizationType.BF16:  # ggml_compute_bf16_to_fp32: the 16 bits become the top half
-        return (raw.view("<u2").astype(np.uint32) << 16).view(np.float32).reshape(shape)
+    if t == GGMLQuantizationType.BF16:
+        return bf16_to_f32(raw).reshape(shape)
     if t not in _DEQUANTIZE_TYPES:
         raise QuantizationError(f"dequantizing {t.name} is not supported")
     if nbytes == 0:  # a zero-element tensor: no blocks to decode (and no row length to split by)

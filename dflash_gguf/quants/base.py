@@ -24,7 +24,6 @@ from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 from ..errors import QuantizationError
 
 F32 = np.float32
-F32_MAX = np.finfo(np.float32).max
 
 # nearest_int's magic constant 1.5 * 2**23 (ggml-quants.c).
 _MAGIC = F32(12582912.0)

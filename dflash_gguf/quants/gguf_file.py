@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 import numpy as np
-from gguf import GGMLQuantizationType as Q
 
 from ..errors import QuantizationError, UsageError
 from ..fileio.gguf_reader import GGUFFile, TensorReader, read_gguf
@@ -32,6 +31,7 @@ from ..fileio.outputs import check_output
 from ..fileio.types import KV, TensorInfo
 from . import workers
 from .layout import QuantEntry, requantize_layout
+from .rows import quantize_rows
 from .scratch import Scratch
 
 #: Input values per quantization task (whole rows; one row when a row is longer).
@@ -176,41 +176,3 @@ def _tasks(pipe: _Pipeline, t: TensorInfo, e: QuantEntry) -> Iterator[tuple[bool
         yield ((True, workers.quantize_rows, (str(pipe.file.path), *rows_args)) if in_process
                else (False, quantize_rows, (pipe.reader, *rows_args, pipe.scratch)))
 
-
-def quantize_rows(reader: TensorReader, t: TensorInfo, r0: int, n: int, qtype: Q, scratch: Scratch) -> np.ndarray:
-    """Rows ``r0 .. r0 + n`` of ``t`` read, decoded and quantized to ``qtype``: one task's bytes."""
-    from .base import registered
-
-    row_bytes = t.nbytes // prod(t.shape[:-1])
-    raw = reader.read(t, r0 * row_bytes, n * row_bytes, into=scratch.get("raw", n * row_bytes))
-    x = _decode(raw, t, r0, n, scratch.get("f32", n * t.shape[-1], np.float32))
-    return registered()[qtype].quantize_finite(x).reshape(-1)
-
-
-def _decode(raw: np.ndarray, t: TensorInfo, r0: int, n: int, out: np.ndarray) -> np.ndarray:
-    """Rows ``r0 .. r0 + n`` of ``t`` from their bytes to finite float32 (ggml's own conversions),
-    in ``out`` (or in ``raw`` itself for F32); NaN/inf is refused with its index in the whole tensor."""
-    from . import _numba
-    from .base import _first_nonfinite, _nonfinite_error
-
-    if t.ggml_type == Q.BF16 and _numba.enabled():
-        x = out
-        bad = _numba.kernel("bf16_to_f32")(raw.view("<u2"), x.view(np.uint32))
-        bad = None if bad < 0 else int(bad)
-    else:
-        if t.ggml_type == Q.BF16:  # ggml_compute_bf16_to_fp32: the 16 bits become the top half
-            x = out
-            np.left_shift(raw.view("<u2"), np.uint32(16), out=x.view(np.uint32), dtype=np.uint32)
-        elif t.ggml_type == Q.F32:
-            x = raw.view("<f4")
-        elif t.ggml_type == Q.F16:
-            x = out
-            np.copyto(x, raw.view("<f2"))
-        else:  # an already-quantized input (--allow-requantize)
-            from . import dequantize
-
-            x = dequantize(raw, t.ggml_type, (n, t.shape[-1])).reshape(-1)
-        bad = _first_nonfinite(x)
-    if bad is not None:
-        raise _nonfinite_error(t.name, t.shape, r0 * t.shape[-1] + bad, float(x[bad]))
-    return x

@@ -27,6 +27,7 @@ from gguf import GGMLQuantizationType as Q
 
 from ..fileio.gguf_reader import TensorReader
 from ..fileio.types import TensorInfo
+from .rows import quantize_rows as _rows
 from .scratch import Scratch
 
 #: Values to quantize by a search type below which worker processes are not started: each
@@ -112,12 +113,10 @@ _scratch = Scratch()
 
 
 def quantize_rows(path: str, t: TensorInfo, r0: int, n: int, qtype: Q) -> np.ndarray:
-    """``gguf_file.quantize_rows`` in a worker: the input opened once per process."""
+    """``rows.quantize_rows`` in a worker: the input opened once per process."""
     global _reader
-    from .gguf_file import quantize_rows as rows
-
     if _reader is None or _reader.path != path:
         if _reader is not None:
             _reader.close()
         _reader = TensorReader(path)
-    return rows(_reader, t, r0, n, qtype, _scratch)
+    return _rows(_reader, t, r0, n, qtype, _scratch)

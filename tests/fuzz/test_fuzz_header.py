@@ -20,7 +20,7 @@ import gguf
 import numpy as np
 import pytest
 
-from dflash_gguf.guards.findings import FILE_CHECKS, MODEL_CHECKS, PAIR_CHECKS
+from dflash_gguf.guards.run import FILE_CHECKS, MODEL_CHECKS, PAIR_CHECKS
 from dflash_gguf.errors import GGUFFormatError
 from dflash_gguf.fileio.gguf_header import parse_header_bytes
 from dflash_gguf.guards.instruct import classify
