@@ -4,7 +4,7 @@ Every command module registers itself on ``app`` at import; ``main`` imports onl
 command line names (``COMMANDS``). Each imports its library code (and rich's tables, progress
 bars) inside the command function, and the header-only commands (check, check-instruct,
 inspect, version, --help) never import numpy, gguf-py, safetensors or torch
-(tests/cli/test_startup.py; bench/bench_checks.py times them). ``main`` maps library errors to
+(tests/cli/test_startup.py; benchmarks/bench_checks.py times them). ``main`` maps library errors to
 one line on stderr and the class's exit code (docs/exit-codes.md); set DFLASH_DEBUG=1 to see
 the traceback instead.
 """

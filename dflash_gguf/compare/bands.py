@@ -37,7 +37,7 @@ class Band:
 # Quantized types: rel_rms band = 1.5 x the worst relative RMS error, block_err = 2 x the worst
 # block error, each rounded up to the next 0.005, measured with our ggml-exact quantizer on six
 # weight-like distributions
-# (bench/bench_compare.py --bands reproduces the measurement; docs/compare-weights.md has the
+# (benchmarks/bench_compare.py --bands reproduces the measurement; docs/compare-weights.md has the
 # numbers). Types without an entry get FALLBACK_BAND.
 BANDS: dict[str, Band] = {
     "F32": Band(2.0 ** -23, elem_rel=2.0 ** -23, elem_abs=2.0 ** -149),

@@ -1,5 +1,5 @@
 """The header-only commands import only what they need: no numpy, gguf-py, torch, numba,
-transformers, safetensors or yaml (those are ~0.5 s of the old start-up; bench/bench_checks.py
+transformers, safetensors or yaml (those are ~0.5 s of the old start-up; benchmarks/bench_checks.py
 times it), nor pydantic (typer 0.29 validates every parameter with it: pyproject pins below). Each command runs in a fresh interpreter, as a shell would run it. This asserts what
 is imported, never how long it takes."""
 from __future__ import annotations

@@ -1,11 +1,11 @@
 """Benchmark `compare-weights` against the straightforward approach: whole processes, one run.
 
-    python bench/bench_compare.py [--layers 2] [--types q8_0,q4_k_m,auto,f16] [--repeat 3] [--keep]
+    python benchmarks/bench_compare.py [--layers 2] [--types q8_0,q4_k_m,auto,f16] [--repeat 3] [--keep]
                                   [--before DIR]   # also time another checkout (e.g. a git archive of main)
-    python bench/bench_compare.py --bands      # re-measure the default tolerance bands instead
+    python benchmarks/bench_compare.py --bands      # re-measure the default tolerance bands instead
 
 Generates a synthetic drafter with Qwen3-8B-DFlash shapes (bf16; 2 layers ~ 0.95 GB) under
-bench/_work_compare/ and converts it with our library to each --types outtype (lucebox format:
+benchmarks/_work_compare/ and converts it with our library to each --types outtype (lucebox format:
 no tokenizer needed; the tensors are the same in every format; "auto" keeps bf16). Then, per
 type, runs each side as a fresh child process, interleaved, --repeat rounds:
   - baseline: for each tensor, the checkpoint tensor as float32 (exact), gguf-py's
@@ -147,7 +147,7 @@ def main() -> None:
     ap.add_argument("--heads", type=int, default=32)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--types", default="q8_0,q4_k_m,auto,f16", help="outtypes to measure (comma-separated)")
-    ap.add_argument("--keep", action="store_true", help="keep bench/_work_compare/ afterwards")
+    ap.add_argument("--keep", action="store_true", help="keep benchmarks/_work_compare/ afterwards")
     ap.add_argument("--before", type=Path, default=None,
                     help="another checkout of dflash-gguf (e.g. a `git archive` of main) to time alongside")
     ap.add_argument("--bands", action="store_true", help="measure the default tolerance bands and exit")

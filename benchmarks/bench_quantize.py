@@ -17,9 +17,9 @@ high-water mark during the quantize calls above its resident size before them
 (``/proc/self/clear_refs`` reset per call), i.e. the quantizer's own working memory. numba's
 one-off compile (or cache load) happens before any timing and is reported on its own.
 
-    python bench/bench_quantize.py              # full size: 1.05e9 values, 2.1 GB as bf16, minutes
-    python bench/bench_quantize.py --scale 0.05 # 5% of the rows of every tensor, quick
-    python bench/bench_quantize.py --scale 0.05 --repeat 3 --backends numba  # best of 3 per tensor
+    python benchmarks/bench_quantize.py              # full size: 1.05e9 values, 2.1 GB as bf16, minutes
+    python benchmarks/bench_quantize.py --scale 0.05 # 5% of the rows of every tensor, quick
+    python benchmarks/bench_quantize.py --scale 0.05 --repeat 3 --backends numba  # best of 3 per tensor
 """
 from __future__ import annotations
 

@@ -3,7 +3,7 @@
 
 The numbers that count for issue #12: wall clock, CPU and peak RSS of a *whole process* that
 reads a bf16 drafter GGUF and writes the Q4_K_M / Q8_0 GGUF, not kernel-only throughput
-(bench/bench_quantize.py measures the kernels).
+(benchmarks/bench_quantize.py measures the kernels).
 
 Input: a synthetic drafter at Qwen3-8B-DFlash shape (hidden 4096, 5 layers, intermediate 12288,
 32 q heads x 128, 8 kv heads, fc 5*4096 -> 4096, norms; random bf16 weights), written once as
@@ -22,10 +22,10 @@ larger of rusage's and the sum over the child's process tree sampled every 20 ms
 quantizes in worker processes). Outputs are compared byte for byte with the reference's (llama_model_quantize writes exactly our KVs: general.file_type and
 general.quantization_version last, see tests/quants/test_gguf_file.py).
 
-    python bench/bench_quantize_cli.py                 # full size (470 M values, ~0.94 GB bf16)
-    python bench/bench_quantize_cli.py --scale 0.2     # 1 layer, smaller ffn, quick
-    python bench/bench_quantize_cli.py --backends numba --ftypes q4_k_m --repeat 3
-    python bench/bench_quantize_cli.py --isa avx2      # our AVX2 code paths on an AVX-512 machine
+    python benchmarks/bench_quantize_cli.py                 # full size (470 M values, ~0.94 GB bf16)
+    python benchmarks/bench_quantize_cli.py --scale 0.2     # 1 layer, smaller ffn, quick
+    python benchmarks/bench_quantize_cli.py --backends numba --ftypes q4_k_m --repeat 3
+    python benchmarks/bench_quantize_cli.py --isa avx2      # our AVX2 code paths on an AVX-512 machine
 
 --isa avx2 runs ours with numpy's AVX-512 kernels disabled (NPY_DISABLE_CPU_FEATURES) and numba
 compiling for Zen 3 (NUMBA_CPU_NAME=znver3: AVX2, FMA, no AVX-512), the CPU of the AVX2 machine
@@ -51,7 +51,7 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "bench"))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 from _models import qwen3_dflash_config, qwen3_dflash_tensors, write_bf16_safetensors  # noqa: E402
 
 FTYPE_IDS = {"q4_k_m": 15, "q8_0": 7}

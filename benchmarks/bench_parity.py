@@ -10,9 +10,9 @@ refuses to report a speed ratio otherwise.
 ours runs as `dflash-gguf parity` does, N prompts at once on one torch thread each. With N > 1
 z-lab also runs on one thread, and the ratio is against whichever z-lab run is faster.
 
-    python bench/bench_parity.py                      # CPU defaults (one core per side)
-    python bench/bench_parity.py --threads 0          # all cores per side
-    python bench/bench_parity.py --device cuda --dtype bfloat16 --json out.json
+    python benchmarks/bench_parity.py                      # CPU defaults (one core per side)
+    python benchmarks/bench_parity.py --threads 0          # all cores per side
+    python benchmarks/bench_parity.py --device cuda --dtype bfloat16 --json out.json
 """
 from __future__ import annotations
 

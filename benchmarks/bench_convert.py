@@ -1,9 +1,9 @@
 """Benchmark `convert` against `cp` and llama.cpp's own converter: whole processes, one run.
 
-    python bench/bench_convert.py [--layers 2] [--repeat 3] [--no-reference] [--keep] [--before DIR] [--no-compile]
+    python benchmarks/bench_convert.py [--layers 2] [--repeat 3] [--no-reference] [--keep] [--before DIR] [--no-compile]
 
 Generates a synthetic drafter with Qwen3-8B-DFlash shapes (bf16; 2 layers ≈ 0.95 GB, 5 layers
-≈ 2.1 GB) under bench/_work/ and a Qwen3-8B target with the real 151,936-token BPE vocabulary,
+≈ 2.1 GB) under benchmarks/_work/ and a Qwen3-8B target with the real 151,936-token BPE vocabulary,
 as a Hugging Face dir and as a (vocab-only) GGUF written by llama.cpp's converter; both come from
 the test helpers (tests/target/real_vocab.py, cached under .cache/real-vocab or $DFLASH_CACHE),
 which need DFLASH_LLAMA_CPP_SRC = vendor/llama.cpp of the llama-cpp-python 0.3.36 sdist.
@@ -117,7 +117,7 @@ def main() -> None:
     ap.add_argument("--taps", type=int, default=5)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--no-reference", action="store_true", help="skip llama.cpp's converter (slow: torch)")
-    ap.add_argument("--keep", action="store_true", help="keep bench/_work/ afterwards")
+    ap.add_argument("--keep", action="store_true", help="keep benchmarks/_work/ afterwards")
     ap.add_argument("--before", type=Path, default=None,
                     help="another checkout of dflash-gguf to time its convert --target-gguf alongside")
     ap.add_argument("--no-compile", action="store_true",

@@ -1,8 +1,8 @@
 """Benchmark the header-only guards and the header-only commands' whole-process wall time.
 
-    python bench/bench_checks.py [--repeat 21] [--cli-repeat 11] [--keep]
+    python benchmarks/bench_checks.py [--repeat 21] [--cli-repeat 11] [--keep]
 
-Generates under bench/_work/ (gitignored) three GGUFs with gguf-py's writer:
+Generates under benchmarks/_work/ (gitignored) three GGUFs with gguf-py's writer:
   - tiny:   a Qwen3-8B-shaped target (36 layers, 399 tensors, 64-token vocab) with toy dims;
   - sparse: the same header with Qwen3-8B's real F16 dims (hidden 4096, ff 12288, vocab
             151,936): 16.4 GB of tensor data that is never written; the file is extended with
@@ -189,7 +189,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=21)
     ap.add_argument("--cli-repeat", type=int, default=11)
-    ap.add_argument("--keep", action="store_true", help="keep bench/_work/ files")
+    ap.add_argument("--keep", action="store_true", help="keep benchmarks/_work/ files")
     ap.add_argument("--no-compile", action="store_true", help="do not byte-compile dflash_gguf before the CLI runs")
     a = ap.parse_args()
     WORK.mkdir(parents=True, exist_ok=True)
