@@ -59,7 +59,6 @@ def _as_interrupt(signum, frame) -> None:
     raise KeyboardInterrupt(_signal_name)
 
 
-
 def _interrupted_line() -> None:
     err.print(f"error: {Interrupted.__doc__.replace('Ctrl-C', _signal_name)}", markup=False)
 

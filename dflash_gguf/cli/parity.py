@@ -67,10 +67,11 @@ def parity_cmd(
                          top_k=top_k, seed=seed, runs=runs, device=device, dtype=dtype,
                          target_quant=None if target_quant is None else target_quant.lower(), emulate=emulate,
                          draft_context=draft_context, target_backend=target_backend, jobs=jobs)
+    inputs = (target, drafter, *(drafter_gguf or []))  # a report may not replace them
     if json_path is not None and str(json_path) != "-":
         from ..fileio.outputs import check_report
 
-        check_report(json_path, inputs=(target, drafter, *(drafter_gguf or [])))  # now, not after the run
+        check_report(json_path, inputs=inputs)  # now, not after the run
     report = run_parity(target, drafter, prompts, drafter_ggufs=drafter_gguf or [], options=opts, dump=dump,
                         against=against)
     doc = report.to_json()
@@ -81,7 +82,7 @@ def parity_cmd(
         else:
             from ..fileio.outputs import write_text
 
-            write_text(json_path, text, inputs=(target, drafter, *(drafter_gguf or [])))
+            write_text(json_path, text, inputs=inputs)
     if json_path is None or str(json_path) != "-":
         _render(report)
     if not report.lossless:

@@ -67,7 +67,7 @@ class WriteReport:
     n_kv: int
     file_size: int
     tensor_bytes: int
-    stale_removed: tuple[Path, ...] = ()  # temp files of killed runs, removed (outputs.check_output)
+    stale_removed: tuple[Path, ...] = ()  # temp files of killed runs, removed (outputs.atomic_output)
 
 
 def write_gguf(

@@ -68,8 +68,7 @@ def check_output(path: str | os.PathLike, *, inputs: Iterable[str | os.PathLike 
     st = _stat(path)
     if st is not None:
         if not stat.S_ISREG(st.st_mode):
-            raise OutputError(f"{flag} {path}: is {_kind(st.st_mode)}, not a regular file; refusing to replace it "
-                              f"(write to a file path instead)")
+            raise _not_regular(flag, path, st.st_mode)
         if (st.st_dev, st.st_ino) in _identities(inputs):
             raise UsageError(f"{flag} {path}: is one of this command's inputs; choose another output path")
         if not force:
@@ -128,7 +127,8 @@ def write_text(path: str | os.PathLike, text: str, *, inputs: Iterable[str | os.
 
 def describe_os_error(exc: OSError, path: Path, flag: str = "-o") -> str:
     """One line for an OSError met while writing ``path`` (or reading an input for it)."""
-    where = exc.filename if exc.filename and Path(exc.filename) != path and not str(exc.filename).endswith(".tmp") else None
+    name = exc.filename
+    where = name if name and Path(name) != path and not str(name).endswith(".tmp") else None  # an input's name
     why = exc.strerror or str(exc)
     if where is not None:
         return f"{flag} {path}: reading {where} failed ({why}); check that file and run again"
@@ -144,8 +144,7 @@ def _publish(tmp: Path, out: Output, flag: str) -> None:
     if out.force:
         st = _stat(out.path)  # checked again: something may have appeared there during the work
         if st is not None and not stat.S_ISREG(st.st_mode):
-            raise OutputError(f"{flag} {out.path}: is {_kind(st.st_mode)}, not a regular file; refusing to "
-                              f"replace it (write to a file path instead)")
+            raise _not_regular(flag, out.path, st.st_mode)
         os.replace(tmp, out.path)
         return
     try:
@@ -161,15 +160,18 @@ def _publish(tmp: Path, out: Output, flag: str) -> None:
         os.rename(tmp, out.path)
 
 
+def _temp_stem(path: Path) -> str:
+    """The output name as a temp name carries it: cut to _TEMP_NAME_BYTES bytes."""
+    return os.fsdecode(os.fsencode(path.name)[:_TEMP_NAME_BYTES])
+
+
 def _temp_prefix(path: Path) -> str:
-    stem = os.fsdecode(os.fsencode(path.name)[:_TEMP_NAME_BYTES])
-    return f".{stem}.{os.getpid()}."
+    return f".{_temp_stem(path)}.{os.getpid()}."
 
 
 def _remove_stale(path: Path) -> list[Path]:
     """Our temp files for this output whose process is gone (killed before it could clean up)."""
-    stem = re.escape(os.fsdecode(os.fsencode(path.name)[:_TEMP_NAME_BYTES]))
-    pattern = re.compile(rf"\.{stem}\.(\d+)\.[A-Za-z0-9_]{{8}}\.tmp", re.DOTALL)
+    pattern = re.compile(rf"\.{re.escape(_temp_stem(path))}\.(\d+)\.[A-Za-z0-9_]{{8}}\.tmp", re.DOTALL)
     removed = []
     try:
         names = os.listdir(path.parent)
@@ -241,6 +243,11 @@ def _stat(path: Path) -> os.stat_result | None:
         if exc.errno == errno.ELOOP:
             raise OutputError(f"{path}: a symlink loop; remove the link or choose another path") from None
         raise OutputError(f"{path}: cannot be examined ({exc.strerror})") from None
+
+
+def _not_regular(flag: str, path: Path, mode: int) -> OutputError:
+    return OutputError(f"{flag} {path}: is {_kind(mode)}, not a regular file; refusing to replace it "
+                       f"(write to a file path instead)")
 
 
 def _kind(mode: int) -> str:
