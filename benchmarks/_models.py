@@ -21,6 +21,21 @@ Tensors = dict[str, tuple[tuple[int, ...], bool]]
 Pieces = Callable[[np.random.Generator, tuple[int, ...], bool], Iterator[np.ndarray]]
 
 
+# The synthetic drafter's shape flags, Qwen3-8B-DFlash's by default (the benchmarks that make one
+# take them, and hand them to the child process that writes it)
+SHAPE_FLAGS = (("layers", 2), ("hidden", 4096), ("intermediate", 12288), ("taps", 5))
+
+
+def add_shape_flags(ap) -> None:
+    for name, default in SHAPE_FLAGS:
+        ap.add_argument(f"--{name}", type=int, default=default)
+
+
+def shape_argv(args) -> list[str]:
+    """The shape flags as parsed into ``args``, as a command line again."""
+    return [s for name, _ in SHAPE_FLAGS for s in (f"--{name}", str(getattr(args, name)))]
+
+
 def qwen3_dflash_tensors(layers: int, H: int, I: int, taps: int, heads: int = 32, kv: int = 8,
                          hd: int = 128) -> Tensors:
     """A Qwen3 DFlash drafter's tensors (z-lab's names): fc over ``taps`` target layers, then

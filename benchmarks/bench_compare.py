@@ -40,6 +40,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 WORK = HERE / "_work_compare"
 sys.path.insert(0, str(HERE))
+from _models import add_shape_flags, shape_argv  # noqa: E402
 from bench_convert import cpu_flags, make_drafter  # noqa: E402  (the same drafter, the same CPU line)
 
 MiB = 1 << 20
@@ -140,10 +141,7 @@ def measure_bands(rows: int, cols: int, seed: int) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--layers", type=int, default=2)
-    ap.add_argument("--hidden", type=int, default=4096)
-    ap.add_argument("--intermediate", type=int, default=12288)
-    ap.add_argument("--taps", type=int, default=5)
+    add_shape_flags(ap)
     ap.add_argument("--heads", type=int, default=32)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--types", default="q8_0,q4_k_m,auto,f16", help="outtypes to measure (comma-separated)")
@@ -167,9 +165,8 @@ def main() -> None:
     shutil.rmtree(WORK, ignore_errors=True)
     t0 = time.perf_counter()
     # Generated in a child, so this process (whose peak every child's ru_maxrss starts from) stays small.
-    prep = subprocess.run([sys.executable, __file__, "--prepare", "--layers", str(args.layers), "--hidden",
-                           str(args.hidden), "--intermediate", str(args.intermediate), "--taps", str(args.taps),
-                           "--heads", str(args.heads)], capture_output=True, text=True, env=env)
+    prep = subprocess.run([sys.executable, __file__, "--prepare", *shape_argv(args), "--heads", str(args.heads)],
+                          capture_output=True, text=True, env=env)
     if prep.returncode:
         sys.exit(f"generating the drafter failed:\n{prep.stderr[-3000:]}")
     largest = int(prep.stdout.split()[-1])

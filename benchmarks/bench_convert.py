@@ -44,7 +44,8 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
-from _models import qwen3_dflash_config, qwen3_dflash_tensors, write_bf16_safetensors  # noqa: E402
+from _models import (add_shape_flags, qwen3_dflash_config, qwen3_dflash_tensors, shape_argv,  # noqa: E402
+                     write_bf16_safetensors)
 WORK = HERE / "_work"
 MiB = 1 << 20
 
@@ -111,10 +112,7 @@ def run_child(argv: list[str], env: dict[str, str], cwd: Path | None = None) -> 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--layers", type=int, default=2)
-    ap.add_argument("--hidden", type=int, default=4096)
-    ap.add_argument("--intermediate", type=int, default=12288)
-    ap.add_argument("--taps", type=int, default=5)
+    add_shape_flags(ap)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--no-reference", action="store_true", help="skip llama.cpp's converter (slow: torch)")
     ap.add_argument("--keep", action="store_true", help="keep benchmarks/_work/ afterwards")
@@ -139,9 +137,7 @@ def main() -> None:
     # Generated in a child: a child's ru_maxrss starts at its parent's peak (kept across exec),
     # so this process stays small and the floor it leaves is printed below.
     shutil.rmtree(WORK, ignore_errors=True)
-    prep = subprocess.run([sys.executable, __file__, "--prepare", "--layers", str(args.layers), "--hidden",
-                           str(args.hidden), "--intermediate", str(args.intermediate), "--taps", str(args.taps)],
-                          capture_output=True, text=True)
+    prep = subprocess.run([sys.executable, __file__, "--prepare", *shape_argv(args)], capture_output=True, text=True)
     if prep.returncode:
         sys.exit(f"generating the inputs failed:\n{prep.stderr[-3000:]}")
     largest, tdir, tgguf = json.loads(prep.stdout.splitlines()[-1])
