@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Whole-process `quantize` against llama.cpp's own quantizer, same file, same thread count.
 
-The numbers that count for issue #12: wall clock, CPU and peak RSS of a *whole process* that
+The numbers that count: wall clock, CPU and peak RSS of a *whole process* that
 reads a bf16 drafter GGUF and writes the Q4_K_M / Q8_0 GGUF, not kernel-only throughput
 (benchmarks/bench_quantize.py measures the kernels).
 
@@ -28,8 +28,8 @@ general.quantization_version last, see tests/quants/test_gguf_file.py).
     python benchmarks/bench_quantize_cli.py --isa avx2      # our AVX2 code paths on an AVX-512 machine
 
 --isa avx2 runs ours with numpy's AVX-512 kernels disabled (NPY_DISABLE_CPU_FEATURES) and numba
-compiling for Zen 3 (NUMBA_CPU_NAME=znver3: AVX2, FMA, no AVX-512), the CPU of the AVX2 machine
-class issue #12 was measured on. The reference needs no such switch: llama-quantize's bf16
+compiling for Zen 3 (NUMBA_CPU_NAME=znver3: AVX2, FMA, no AVX-512), the CPU of the AVX2-only
+development machine. The reference needs no such switch: llama-quantize's bf16
 conversion and quantizers (ggml_bf16_to_fp32_row, quantize_q4_K, ...) are in ggml-base, which is
 compiled without -march (only ggml-cpu gets -march=native), so it runs the same code on both.
 """

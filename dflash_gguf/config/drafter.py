@@ -1,6 +1,7 @@
 """Drafter config.json → DrafterConfig: one frozen dataclass, every knob resolved once.
 
-Two schemas exist in the wild (see ../shared/reference/drafters-and-users.md §1):
+Two schemas exist in the wild (z-lab's published configs: Qwen3-8B-DFlash-b16 is the first, the
+*-DFlash2 checkpoints the second):
 flat DFlash1 (``block_size``/``rope_theta`` top level, ``dflash_config`` holds only the mask id
 and taps) and nested DFlash2 (``rope_parameters``, ``dflash_config.block_size``, conv/selector
 knobs). Like z-lab's ``_draft_value`` we resolve every DFlash knob as ``dflash_config[name]``,

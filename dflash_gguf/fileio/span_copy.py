@@ -42,7 +42,7 @@ class FileSpan:
 # Smaller pieces pay per-call overhead (256 KiB: +30 %). Larger ones (2-16 MiB) were as fast, but
 # more often up to 5x slower in the kernel's copy (2 MiB: 1 run in ~80; 4 MiB: 1 in 3): on a VM
 # whose freed 2 MiB blocks go back to the host, the larger folios they get cost a host fault
-# (docs/performance.md, convert, session 12). Each write is cut at an output offset that is a
+# (docs/performance.md, convert). Each write is cut at an output offset that is a
 # multiple of PIECE_BYTES, so it fills whole page-cache folios instead of ending in a partial one
 # that the next write completes: ~8 % less time for a 1 GB copy to an odd offset.
 WINDOW_BYTES = 16 << 20

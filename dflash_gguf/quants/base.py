@@ -7,7 +7,7 @@ here: the registry, the rows -> blocks reshape, chunking over blocks for bounded
 the thread pool, the NaN/inf guard, the choice between the numba kernel and
 ``quantize_blocks``, and the post-condition asserts.
 
-Bit-exactness rules shared by every kernel (see shared/reference/quantization.md §2, §7):
+Bit-exactness rules shared by every kernel (ggml/src/ggml-quants.c, the ``*_ref`` quantizers):
 float32 only (NumPy scalars, never Python floats mixed into float32 arrays where
 NEP 50 could promote), C's association order, and sequential sums where C sums
 sequentially (``seq_sum``: rows added one after another, vectorised across blocks).

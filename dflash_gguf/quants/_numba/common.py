@@ -1,6 +1,6 @@
 """What every kernel shares: compile options, float32 constants, ggml's bit tricks, the lanes.
 
-Bit-exactness (shared/reference/quantization.md §2, §9): every kernel is compiled with
+Bit-exactness with ggml's reference quantizers (ggml/src/ggml-quants.c): every kernel is compiled with
 ``fastmath=False``, so LLVM gets no ``contract``/``reassoc``/``arcp`` flags: no fused
 multiply-add, no reordered sums, no division turned into a reciprocal multiply, although the
 code is compiled for the host CPU. Every float is float32: numba types ``float32 op int`` and
