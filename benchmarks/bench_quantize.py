@@ -258,7 +258,7 @@ def main() -> None:
         if lib is not None:
             ref = timed("c_q8", lambda: ggml_quantize(lib, pool, nt, x, gguf.GGMLQuantizationType.Q8_0))
             mismatched += [f"{c.name} (Q8_0 {b} vs C)" for b in backends if not np.array_equal(q8[b].reshape(-1), ref)]
-        del q8, x, ref
+        q8 = x = ref = None  # freed before the next shape is drawn (the lambdas above hold no reference past their call)
 
     mb = n_vals * 2 / 1e6
 

@@ -31,8 +31,18 @@ class WeightsError(DflashError):
     exit_code = 4
 
 
+class InputError(DflashError):
+    """An input file or directory does not exist, is not the kind of file expected, or cannot be read.
+
+    Exit code 5, shared with OutputError: scripts already test for 5 as "file not found", so
+    splitting the class does not split the code.
+    """
+
+    exit_code = 5
+
+
 class OutputError(DflashError):
-    """Input not found, output exists (without --force), or a write failed."""
+    """An output exists (without --force), is not a regular file, or a write to it failed."""
 
     exit_code = 5
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..errors import ServerError
+from ..formats.dspark import MARKOV_W1
 from . import memory, trace
 from .client import Completion, RequestFailed, client_for
 from .modes import Mode, modes_for, plan_modes
@@ -162,7 +163,7 @@ def drafter_kind(path: Path) -> tuple[str | None, int | None, str | None]:
     if h.arch != "dflash":
         return None, None, (f"{path.name}: architecture {h.arch!r} is not dflash; llama-server picks the "
                             "speculative type itself")
-    dspark = "markov_w1.weight" in h.tensors_by_name
+    dspark = MARKOV_W1 in h.tensors_by_name
     block = h.get("dflash.block_size")
     n = None
     if isinstance(block, int):

@@ -19,7 +19,7 @@ _CONTROL = dict.fromkeys((7, 8, 11, 12, 13))
 class _Stream:
     """stdout or stderr: rich's Console, made the first time a command needs it.
 
-    Importing rich costs ~25 ms, a tenth of a whole `convert` at the issue's size, so plain
+    Importing rich costs ~25 ms, a tenth of a whole `convert` at a real drafter's size, so plain
     lines (``markup=False``, no style) sent to a pipe or a file are written directly, exactly as
     the Console would write them there; everything else, and everything on a terminal or where
     the environment forces one (FORCE_COLOR, TTY_COMPATIBLE), goes through rich. Emoji codes are

@@ -3,9 +3,9 @@ tensor, and where does it lose precision?
 
 Three stages, each answering one question, the same for both modes once the tensors are paired:
 
-1. Inventory (here). Every checkpoint tensor is paired with its GGUF tensor through the name
-   map of the file's detected format (``Format.gguf_name``); between two GGUFs, through both
-   formats. Shapes are compared in torch order (the GGUF's ``ne`` reversed). Missing, extra
+1. Inventory (here). Every checkpoint tensor is paired where the conversion plan for the file's
+   detected format sends it (``convert.plan.route_tensors``: names, drops with their reasons,
+   transforms, the tables a drafter family computes); between two GGUFs, through both formats. Shapes are compared in torch order (the GGUF's ``ne`` reversed). Missing, extra
    and shape-mismatched tensors fail the verdict.
 2. Numbers, streamed (``engine``, ``stats``, ``sides``): each pair is read in row chunks of
    about 1 MB of float32 on a small thread pool, re-encoded and compared byte for byte, then
@@ -20,20 +20,21 @@ import time
 from pathlib import Path
 from typing import Callable, Mapping
 
-from ..convert.plan import ROPE_FREQS
-from ..errors import GGUFFormatError, OutputError, UsageError
+from ..config import MASK_FILE, DrafterConfig, load_config
+from ..convert.plan import NEOX_PERMUTE, Routes, route_tensors, transform_of
+from ..errors import GGUFFormatError, InputError, UsageError
 from ..fileio.gguf_reader import GGUFFile, read_gguf
-from ..fileio.safetensors import FLOAT_DTYPES, SourceTensor, read_inventory
+from ..fileio.safetensors import FLOAT_DTYPES, read_inventory
 from ..formats import Format, meta_from_gguf
-from ..formats.names import DROPPED_TENSORS, OPTIONAL_TENSORS
-from .diagnose import _diagnose, _flag_outliers
-from .dspark import DSparkPairing, int_pair_row, is_integer_table
-from .engine import _default_workers, _make_pair, _run
+from ..formats.names import OUTPUT, ROPE_FREQS, TOKEN_EMBD
+from .diagnose import diagnose_failures, flag_outliers
+from .integers import int_pair_row, is_integer_table, table_row
+from .engine import default_workers, make_pair, run_pairs
 from .report import EXTRA, MISSING, OUT, CompareReport, TensorComparison
-from .sides import _Files, _Side, neox_side
+from .sides import Files, Side, neox_side
 
 _CHECKPOINT_MODE, _GGUF_MODE = "safetensors-gguf", "gguf-gguf"
-_Matched = list[tuple[TensorComparison, _Side, _Side]]  # a row and its two sides, A first
+_Matched = list[tuple[TensorComparison, Side, Side]]  # a row and its two sides, A first
 
 
 def compare_weights(
@@ -45,51 +46,31 @@ def compare_weights(
     workers: int | None = None,
     progress: Callable[[int], None] | None = None,
 ) -> CompareReport:
-    """Compare a drafter checkpoint (safetensors dir) with a GGUF converted from it.
+    """Compare a drafter checkpoint (safetensors dir) with a GGUF converted from it: each
+    checkpoint tensor is paired where the conversion plan for the file's format sends it
+    (``convert.plan.route_tensors``), with the plan's transform applied to the checkpoint side.
 
     Raises:
-        OutputError: the dir has no weights, or the GGUF does not exist.
+        InputError: the dir has no weights, or the GGUF does not exist.
+        ConfigError: the dir's config.json is missing or invalid (the plan is built from it).
         WeightsError: the safetensors files are corrupt or truncated.
         GGUFFormatError: the GGUF is corrupt, or is not a DFlash drafter.
     """
     t0 = time.perf_counter()
     d = Path(drafter_dir)
     if not d.is_dir():
-        raise OutputError(f"{d}: not a directory; pass the drafter checkpoint dir (config.json + model.safetensors)")
+        raise InputError(f"{d}: not a directory; pass the drafter checkpoint dir (config.json + model.safetensors)")
     inventory = read_inventory(d)
+    cfg = load_config(d)
     f, fmt = _open_drafter_gguf(gguf_path)
     if fmt is None:
         meta_from_gguf(f.kvs, f.shapes(), gguf_path)  # raises the precise "not a drafter" error
     report = CompareReport(_CHECKPOINT_MODE, d, Path(gguf_path), fmt.name, None, [], [], requantize,
                            dict(tolerances or {}))
-    with _Files() as files:
-        matched = _pair_checkpoint(report, inventory, f, fmt, files)
-        _apply_conversion_transforms(d, report, matched)
+    routes = route_tensors(cfg, fmt, inventory, target_hidden=cfg.target_hidden_size or cfg.hidden_size)
+    with Files() as files:
+        matched = _pair_checkpoint(report, cfg, routes, f, fmt, files)
         return _measure(report, matched, workers, progress, t0)
-
-
-def _apply_conversion_transforms(d: Path, report: CompareReport, matched: _Matched) -> None:
-    """What convert changes on purpose, applied to the checkpoint side (or noted): interleaved
-    rope rows permuted to NeoX, and MiMo's target tables (mask_embedding.pt)."""
-    from ..config import load_config
-    from ..config import MASK_FILE
-    from ..convert.plan import NEOX_PERMUTED
-    from ..errors import ConfigError
-
-    try:
-        cfg = load_config(d)
-    except ConfigError:
-        return  # compare needs only the weights; without a readable config nothing was transformed
-    if not cfg.rope_is_neox_style:
-        for i, (row, a, b) in enumerate(matched):
-            if row.source and row.source.endswith(NEOX_PERMUTED):
-                matched[i] = (row, neox_side(a, cfg.head_dim), b)
-        report.notes.append("rope_is_neox_style false: checkpoint Q/K rows compared after the converter's NeoX permutation")
-    if (d / MASK_FILE).is_file():
-        tables = ("token_embd.weight", "output.weight")
-        report.tensors[:] = [r for r in report.tensors if not (r.status == EXTRA and r.gguf_name in tables)]
-        report.notes.append(f"{MASK_FILE}: token_embd/output are the target's (mask row replaced by the side file); "
-                            "not in the checkpoint, not compared")
 
 
 def compare_ggufs(
@@ -113,7 +94,7 @@ def compare_ggufs(
     fb, fmt_b = _open_drafter_gguf(b_path)
     report = CompareReport(_GGUF_MODE, Path(a_path), Path(b_path), fmt_b.name if fmt_b else None,
                            fmt_a.name if fmt_a else None, [], [], requantize, dict(tolerances or {}))
-    with _Files() as files:
+    with Files() as files:
         matched = _pair_ggufs(report, a_path, fa, fmt_a, b_path, fb, fmt_b, files)
         return _measure(report, matched, workers, progress, t0)
 
@@ -128,7 +109,7 @@ def compare(a: str | Path, b: str | Path, **kwargs) -> CompareReport:
         return compare_weights(pa, b, **kwargs)
     if pa.is_file():
         return compare_ggufs(pa, b, **kwargs)
-    raise OutputError(f"{pa}: no such file or directory; pass a drafter checkpoint dir or a GGUF")
+    raise InputError(f"{pa}: no such file or directory; pass a drafter checkpoint dir or a GGUF")
 
 
 def _open_drafter_gguf(path: str | Path) -> tuple[GGUFFile, Format | None]:
@@ -140,36 +121,18 @@ def _open_drafter_gguf(path: str | Path) -> tuple[GGUFFile, Format | None]:
     return f, fmt
 
 
-def _pair_checkpoint(report: CompareReport, inventory: list[SourceTensor], f: GGUFFile, fmt: Format,
-                     files: _Files) -> _Matched:
-    """Stage 1, checkpoint vs GGUF: rows and notes go into ``report``; returns the pairs to measure."""
+def _pair_checkpoint(report: CompareReport, cfg: DrafterConfig, routes: Routes, f: GGUFFile, fmt: Format,
+                     files: Files) -> _Matched:
+    """Stage 1, checkpoint vs GGUF, from the plan's routes: rows and notes go into ``report``;
+    returns the pairs to measure."""
     rows, notes = report.tensors, report.notes
     by_gguf = {e.name: e for e in f.tensors}
     used: set[str] = set()
     matched: _Matched = []
-    ds = DSparkPairing.of(inventory, f, fmt)  # DSpark hook: Gemma4 names, d2t as integers, t2d (compare/dspark.py)
-    for t in inventory:
-        short = t.name.removeprefix("model.")
-        special = None if ds is None else ds.special(t)
-        if special is not None:
-            row, note = special
-            if note:
-                notes.append(note)
-            if row is not None:
-                rows.append(row)
-                used.add(row.gguf_name)
-            continue
-        g = fmt.gguf_name(t.name) if ds is None else ds.gguf_name(t.name)
-        if g is None:
-            if short in DROPPED_TENSORS or short.endswith("rotary_emb.inv_freq"):
-                notes.append(f"{t.name}: not converted by design ({DROPPED_TENSORS.get(short, 'rotary buffer')})")
-                continue
-            rows.append(TensorComparison(t.name, None, None, t.shape, MISSING, source_type=t.dtype,
-                                         detail=f"no {fmt.name} GGUF name for this tensor"))
-            continue
-        if short in OPTIONAL_TENSORS and fmt.name == "lucebox" and g not in by_gguf:
-            notes.append(f"{t.name}: not converted by design (Lucebox borrows the target's)")
-            continue
+    neox = False
+    for n in routes.written:
+        t = routes.by_name[n]
+        g = routes.gguf_name(fmt, n)
         e = by_gguf.get(g)
         if e is None:
             rows.append(TensorComparison(t.name, g, None, t.shape, MISSING, source_type=t.dtype,
@@ -182,9 +145,30 @@ def _pair_checkpoint(report: CompareReport, inventory: list[SourceTensor], f: GG
         if t.dtype not in FLOAT_DTYPES:
             row.detail = f"source dtype {t.dtype} is not a float type; cannot compare values"
             continue
-        matched.append((row, files.source_side(t), files.gguf_side(f, e)))
+        side = files.source_side(t)
+        if transform_of(cfg, n, mask_row=False) == NEOX_PERMUTE:
+            side, neox = neox_side(side, cfg.head_dim), True
+        matched.append((row, side, files.gguf_side(f, e)))
+    for name, why in routes.dropped:
+        notes.append(f"{name}: not converted by design ({why})")
+    for name in routes.unknown:
+        t = routes.by_name[name.removeprefix("model.")]
+        rows.append(TensorComparison(t.name, None, None, t.shape, MISSING, source_type=t.dtype,
+                                     detail=f"no {fmt.name} GGUF name for this tensor"))
+    head, tail = routes.family.generated()
+    for g, data, *_rest in head + tail:
+        src, e = routes.family.written_from(g), by_gguf.get(g)
+        if src is not None and e is not None:  # a table computed from a checkpoint tensor: compared as integers
+            rows.append(table_row(routes.by_name[src], data, f, e))
+            used.add(g)
+    if neox:
+        notes.append("rope_is_neox_style false: checkpoint Q/K rows compared after the converter's NeoX permutation")
+    from_target = (TOKEN_EMBD, OUTPUT) if (cfg.path.parent / MASK_FILE).is_file() else ()
+    if from_target:
+        notes.append(f"{MASK_FILE}: token_embd/output are the target's (mask row replaced by the side file); "
+                     "not in the checkpoint, not compared")
     for e in f.tensors:
-        if e.name in used:
+        if e.name in used or e.name in from_target:
             continue
         if e.name == ROPE_FREQS:
             notes.append(f"{ROPE_FREQS}: generated by the converter from config.json (llama3 or Gemma4 proportional "
@@ -199,7 +183,7 @@ def _pair_checkpoint(report: CompareReport, inventory: list[SourceTensor], f: GG
 
 
 def _pair_ggufs(report: CompareReport, a_path: str | Path, fa: GGUFFile, fmt_a: Format | None, b_path: str | Path,
-                fb: GGUFFile, fmt_b: Format | None, files: _Files) -> _Matched:
+                fb: GGUFFile, fmt_b: Format | None, files: Files) -> _Matched:
     """Stage 1, GGUF vs GGUF: rows and notes go into ``report``; returns the pairs to measure."""
     rows = report.tensors
     if (fmt_a is None) != (fmt_b is None):
@@ -223,7 +207,7 @@ def _pair_ggufs(report: CompareReport, a_path: str | Path, fa: GGUFFile, fmt_a: 
                                          detail=f"{g} is not in {b_path}"))
             continue
         used.add(g)
-        if is_integer_table(e) or is_integer_table(eb):  # DSpark hook: d2t ids, compared as integers
+        if is_integer_table(e) or is_integer_table(eb):  # DSpark's d2t: ids, compared as integers
             rows.append(int_pair_row(e.name, e, fa, g, eb, fb))
             continue
         row = TensorComparison(e.name, g, eb.ggml_type.name, e.shape, OUT, source_type=e.ggml_type.name,
@@ -240,10 +224,10 @@ def _pair_ggufs(report: CompareReport, a_path: str | Path, fa: GGUFFile, fmt_a: 
 def _measure(report: CompareReport, matched: _Matched, workers: int | None, progress: Callable[[int], None] | None,
              t0: float) -> CompareReport:
     """Stages 2 and 3, one path for both modes: measure every pair, diagnose the failures."""
-    pairs = [_make_pair(row, a, b, report.tolerances, report.requantized, report.mode == _CHECKPOINT_MODE)
+    pairs = [make_pair(row, a, b, report.tolerances, report.requantized, report.mode == _CHECKPOINT_MODE)
              for row, a, b in matched]
-    report.bytes_compared = _run(pairs, workers or _default_workers(), progress)
-    _diagnose(pairs, report.notes)
-    _flag_outliers(report.tensors)
+    report.bytes_compared = run_pairs(pairs, workers or default_workers(), progress)
+    diagnose_failures(pairs, report.notes)
+    flag_outliers(report.tensors)
     report.seconds = time.perf_counter() - t0
     return report

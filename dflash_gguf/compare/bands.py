@@ -58,23 +58,23 @@ FALLBACK_BAND = Band(0.25)
 EXPECTED_FACTOR = 1.5
 ALL_TYPES = "*"
 # The types that hold values exactly (a checkpoint's storage types): judged element by element.
-_FLOATS = (Q.F32, Q.F16, Q.BF16)
+FLOAT_TYPES = (Q.F32, Q.F16, Q.BF16)
 
 
 def band(qtype: Q) -> Band:
     return BANDS.get(qtype.name, FALLBACK_BAND)
 
 
-def _pair_band(ref: Q, other: Q, ref_is_checkpoint: bool) -> Band:
+def pair_band(ref: Q, other: Q, ref_is_checkpoint: bool) -> Band:
     """The band for ``other``'s values measured against ``ref``'s."""
     ob = band(other)
     if ref_is_checkpoint:  # the checkpoint is exact: only the GGUF's encoding loses anything
         return ob
-    if ref not in _FLOATS:  # both quantized: the errors of both encodings add (in quadrature for RMS)
+    if ref not in FLOAT_TYPES:  # both quantized: the errors of both encodings add (in quadrature for RMS)
         rb = band(ref)
         return Band(math.hypot(rb.rel_rms, ob.rel_rms),
                     block_err=None if ob.block_err is None else ob.block_err + (rb.block_err or 0))
-    if ref == other or other not in _FLOATS:
+    if ref == other or other not in FLOAT_TYPES:
         return ob
     # two float types: one ulp of the coarser, with the larger subnormal floor
     rb = band(ref)

@@ -10,15 +10,15 @@ from statistics import median
 import numpy as np
 
 from .bands import EXPECTED_FACTOR
-from .engine import _Pair
+from .engine import Pair
 from .report import OUT, SHAPE_MISMATCH, TensorComparison
-from .sides import _Side, _deq
+from .sides import Side, dequantize_rows
 
 _SAMPLES = 16384  # values compared per tensor by the swap / correlation tests
 _BLOCK = 1 << 16  # values per step of the diagnosis helpers: no full-size temporaries
 
 
-def _diagnose(pairs: list[_Pair], notes: list[str]) -> None:
+def diagnose_failures(pairs: list[Pair], notes: list[str]) -> None:
     """Re-read each failed tensor and test explanations; flags name the cause. Any pair's A
     side is a candidate for what a swapped tensor holds."""
     failed = [p for p in pairs if p.row.status in (OUT, SHAPE_MISMATCH)]
@@ -27,7 +27,7 @@ def _diagnose(pairs: list[_Pair], notes: list[str]) -> None:
             _diagnose_each(failed, [p.a for p in pairs], notes, len(pairs))
 
 
-def _diagnose_each(failed: list[_Pair], candidates: list[_Side], notes: list[str], n_pairs: int) -> None:
+def _diagnose_each(failed: list[Pair], candidates: list[Side], notes: list[str], n_pairs: int) -> None:
     sample_cache: dict[str, np.ndarray] = {}
     n_uncorrelated = 0
     for p in failed:
@@ -89,10 +89,10 @@ def _diagnose_each(failed: list[_Pair], candidates: list[_Side], notes: list[str
                      "converted from a different checkpoint")
 
 
-def _sample(side: _Side, rows: np.ndarray) -> np.ndarray:
+def _sample(side: Side, rows: np.ndarray) -> np.ndarray:
     """Whole rows at evenly spaced row indices (quantized data is only readable by rows),
     thinned to at most _SAMPLES values with a fixed stride, as float32."""
-    vals = np.concatenate([_deq(side.read(int(r), int(r) + 1), side.qtype, 1, side.cols).reshape(-1) for r in rows])
+    vals = np.concatenate([dequantize_rows(side.read(int(r), int(r) + 1), side.qtype, 1, side.cols).reshape(-1) for r in rows])
     step = max(1, vals.size // _SAMPLES)
     return vals[::step]
 
@@ -140,7 +140,7 @@ def _row_blocks(*arrays: np.ndarray):
         yield [np.array(v[r:r + step], dtype=np.float64).reshape(-1) for v in views]  # copies: callers write
 
 
-def _flag_outliers(rows: list[TensorComparison]) -> None:
+def flag_outliers(rows: list[TensorComparison]) -> None:
     """Informational: a tensor losing > 3x the median error of its type's tensors."""
     by_type: dict[str, list[TensorComparison]] = {}
     for r in rows:

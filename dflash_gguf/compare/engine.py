@@ -14,26 +14,26 @@ from typing import Callable, Mapping, Sequence
 from gguf import GGML_QUANT_SIZES
 from gguf import GGMLQuantizationType as Q
 
-from .bands import _FLOATS, ALL_TYPES, EXPECTED_FACTOR, Band, _pair_band
+from .bands import FLOAT_TYPES, ALL_TYPES, EXPECTED_FACTOR, Band, pair_band
 from .report import BIT_IDENTICAL, OUT, SHAPE_MISMATCH, WITHIN, TensorComparison
-from .sides import _Side
-from .stats import _chunk, _fmt_idx, _Job, _metrics, _reduce, _Stats, _unravel
+from .sides import Side
+from .stats import chunk_stats, format_index, Job, measure_chunk, reduce_stats, Stats, unravel
 
 CHUNK_VALUES = 1 << 18  # ~1 MB of float32 per temporary: stays in L2, so NumPy passes are cheap
 
 
-def _default_workers() -> int:
+def default_workers() -> int:
     from ..quants import default_threads
 
     return max(1, min(4, default_threads()))
 
 
 @dataclass
-class _Pair:
+class Pair:
     row: TensorComparison
-    job: _Job | None  # None: nothing to compute numerically (shape mismatch)
-    a: _Side  # A / source side
-    b: _Side  # B / GGUF side
+    job: Job | None  # None: nothing to compute numerically (shape mismatch)
+    a: Side  # A / source side
+    b: Side  # B / GGUF side
     override: float | None
     band: Band
 
@@ -43,19 +43,19 @@ def _bpw(t: Q) -> float:
     return ts * 8 / bs
 
 
-def _make_pair(row: TensorComparison, a: _Side, b: _Side, overrides: Mapping[str, float], requantize: bool,
-               a_is_checkpoint: bool) -> _Pair:
+def make_pair(row: TensorComparison, a: Side, b: Side, overrides: Mapping[str, float], requantize: bool,
+               a_is_checkpoint: bool) -> Pair:
     """Choose the reference (the checkpoint; between two GGUFs the side with more bits per
     weight, A on ties), the band and the checks. Sides of different shapes are only
     diagnosed, not measured."""
     ref, oth = (a, b) if a_is_checkpoint or _bpw(a.qtype) >= _bpw(b.qtype) else (b, a)
     row.reference = "a" if ref is a else "b"
-    bd = _pair_band(ref.qtype, oth.qtype, a_is_checkpoint)
+    bd = pair_band(ref.qtype, oth.qtype, a_is_checkpoint)
     override = overrides.get(oth.qtype.name, overrides.get(ALL_TYPES))
     if _ggml_core(a.shape) != _ggml_core(b.shape):
         row.status, row.detail = SHAPE_MISMATCH, _shape_detail(row.shape, row.gguf_shape)
-        return _Pair(row, None, a, b, override, bd)
-    if bd.elem_rel is not None and oth.qtype in _FLOATS:
+        return Pair(row, None, a, b, override, bd)
+    if bd.elem_rel is not None and oth.qtype in FLOAT_TYPES:
         kind, lim, absf, block = "elem", bd.elem_rel, bd.elem_abs or 0.0, 1
     elif bd.block_err is not None:
         kind, lim, absf, block = "block", bd.block_err, 0.0, GGML_QUANT_SIZES[oth.qtype][0]
@@ -64,12 +64,12 @@ def _make_pair(row: TensorComparison, a: _Side, b: _Side, overrides: Mapping[str
     from ..quants import QUANTIZE_TYPES
 
     # x are the values ggml encodes when they are stored exactly (a checkpoint, or a float GGUF)
-    ref_exact = ref.qtype in _FLOATS
+    ref_exact = ref.qtype in FLOAT_TYPES
     # float targets are re-encoded even with requantize=False: a cast costs nothing
-    requant = ref_exact and oth.qtype in QUANTIZE_TYPES and (requantize or oth.qtype in _FLOATS)
+    requant = ref_exact and oth.qtype in QUANTIZE_TYPES and (requantize or oth.qtype in FLOAT_TYPES)
     chunk_rows = max(1, CHUNK_VALUES // max(ref.cols, 1))
-    job = _Job(ref, oth, ref_exact, requant, kind, lim, absf, block, chunk_rows)
-    return _Pair(row, job, a, b, override, bd)
+    job = Job(ref, oth, ref_exact, requant, kind, lim, absf, block, chunk_rows)
+    return Pair(row, job, a, b, override, bd)
 
 
 def _ggml_core(shape: Sequence[int]) -> tuple[int, ...]:
@@ -87,19 +87,19 @@ def _shape_detail(src: Sequence[int], gg: Sequence[int]) -> str:
     return f"shape {s} (ne {s[::-1]}) vs GGUF shape {g} (ne {g[::-1]}){hint}"
 
 
-def _run(pairs: list[_Pair], workers: int, progress: Callable[[int], None] | None) -> int:
+def run_pairs(pairs: list[Pair], workers: int, progress: Callable[[int], None] | None) -> int:
     """Measure every pair with a job, chunk jobs on a thread pool, each tensor reduced in chunk
     order. Returns the bytes read."""
     numeric = [p for p in pairs if p.job is not None]
     total = 0
 
-    def spans(p: _Pair) -> list[tuple[int, int]]:
+    def spans(p: Pair) -> list[tuple[int, int]]:
         rows, step = p.job.ref.rows, p.job.chunk_rows
         return [(r, min(r + step, rows)) for r in range(0, rows, step)] or [(0, 0)]
 
-    def settle(p: _Pair, st: _Stats) -> None:
+    def settle(p: Pair, st: Stats) -> None:
         nonlocal total
-        _metrics(p.row, p.job, st)
+        measure_chunk(p.row, p.job, st)
         _verdict(p, st)
         total += p.a.nbytes + p.b.nbytes
         if progress:
@@ -107,13 +107,13 @@ def _run(pairs: list[_Pair], workers: int, progress: Callable[[int], None] | Non
 
     if workers <= 1:
         for p in numeric:
-            settle(p, _reduce(p.job, (_chunk(p.job, r0, r1) for r0, r1 in spans(p))))
+            settle(p, reduce_stats(p.job, (chunk_stats(p.job, r0, r1) for r0, r1 in spans(p))))
         return total
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="compare") as pool:
         # Data lives only inside a running chunk job (memory: chunk temporaries x workers); a
         # future holds a few numbers. Tensors are still submitted only a window ahead so the
         # queue stays short, and results are reduced strictly in order.
-        pending: list[tuple[_Pair, list]] = []
+        pending: list[tuple[Pair, list]] = []
         window = 4 * workers
         it = iter(numeric)
         queued = 0
@@ -124,7 +124,7 @@ def _run(pairs: list[_Pair], workers: int, progress: Callable[[int], None] | Non
                 p = next(it, None)
                 if p is None:
                     return
-                futs = [pool.submit(_chunk, p.job, r0, r1) for r0, r1 in spans(p)]
+                futs = [pool.submit(chunk_stats, p.job, r0, r1) for r0, r1 in spans(p)]
                 pending.append((p, futs))
                 queued += len(futs)
 
@@ -134,11 +134,11 @@ def _run(pairs: list[_Pair], workers: int, progress: Callable[[int], None] | Non
             parts = [fu.result() for fu in futs]
             queued -= len(futs)
             fill()
-            settle(p, _reduce(p.job, parts))
+            settle(p, reduce_stats(p.job, parts))
     return total
 
 
-def _verdict(p: _Pair, st: _Stats) -> None:
+def _verdict(p: Pair, st: Stats) -> None:
     """The limit, status, flags and detail of a measured tensor."""
     r, job = p.row, p.job
     shape = job.ref.shape
@@ -157,9 +157,9 @@ def _verdict(p: _Pair, st: _Stats) -> None:
     if st.nonfinite:
         r.flags.append("nonfinite")
         reasons.append(f"{st.nonfinite} non-finite value(s) where the reference is finite, first at "
-                       f"{_fmt_idx(_unravel(st.nonfinite_idx, shape))}")
+                       f"{format_index(unravel(st.nonfinite_idx, shape))}")
     if st.bad:
-        at = _fmt_idx(_unravel(st.bad_idx, shape))
+        at = format_index(unravel(st.bad_idx, shape))
         if job.bad_kind == "block":
             r.flags.append("bad-blocks")
             reasons.append(f"{st.bad} block(s) with a max error above {job.bad_limit:g} x the block's max |x| "

@@ -23,7 +23,7 @@ from ..fileio.types import TensorInfo
 
 
 @dataclass
-class _Side:
+class Side:
     """One tensor as ggml-encoded bytes."""
 
     name: str
@@ -49,10 +49,10 @@ class _Side:
         return self.shape[-1]
 
     def values(self) -> np.ndarray:
-        return _deq(self.read(0, self.rows), self.qtype, self.rows, self.cols).reshape(self.shape)
+        return dequantize_rows(self.read(0, self.rows), self.qtype, self.rows, self.cols).reshape(self.shape)
 
 
-class _Files:
+class Files:
     """pread-based access to the input files: one descriptor per file, opened on first read and
     shared by the worker threads (pread has no file position, so concurrent reads do not
     interfere). GGUF tensors are read this way too rather than through ``GGUFFile.raw``'s memory
@@ -62,7 +62,7 @@ class _Files:
     def __init__(self) -> None:
         self._fds: dict[Path, int] = {}
 
-    def __enter__(self) -> "_Files":
+    def __enter__(self) -> "Files":
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -82,7 +82,7 @@ class _Files:
                         "the file is truncated, re-fetch it")
         return buf
 
-    def source_side(self, t: SourceTensor) -> _Side:
+    def source_side(self, t: SourceTensor) -> Side:
         """A checkpoint tensor of a float dtype (``FLOAT_DTYPES``: named like their ggml types)."""
         shape = t.shape or (1,)
         row_bytes = shape[-1] * DTYPE_SIZES[t.dtype]
@@ -90,9 +90,9 @@ class _Files:
         def read(r0: int, r1: int, out: np.ndarray | None = None) -> np.ndarray:
             return self.pread(t.file, t.offset + r0 * row_bytes, (r1 - r0) * row_bytes, t.name, WeightsError, out)
 
-        return _Side(t.name, shape, Q[t.dtype], t.nbytes, read, read)
+        return Side(t.name, shape, Q[t.dtype], t.nbytes, read, read)
 
-    def gguf_side(self, f: GGUFFile, e: TensorInfo) -> _Side:
+    def gguf_side(self, f: GGUFFile, e: TensorInfo) -> Side:
         shape = e.shape or (1,)
         row_bytes = e.nbytes // max(math.prod(shape[:-1]), 1)
 
@@ -100,10 +100,10 @@ class _Files:
             return self.pread(f.path, e.offset_abs + r0 * row_bytes, (r1 - r0) * row_bytes, e.name, GGUFFormatError,
                               out)
 
-        return _Side(e.name, shape, e.ggml_type, e.nbytes, read, read)
+        return Side(e.name, shape, e.ggml_type, e.nbytes, read, read)
 
 
-def neox_side(side: _Side, head_dim: int) -> _Side:
+def neox_side(side: Side, head_dim: int) -> Side:
     """A checkpoint Q/K weight (rows) or norm (elements) seen in the NeoX order convert writes
     for ``rope_is_neox_style: false`` checkpoints (per head: even dims, then odd)."""
     from ..convert.checkpoint import neox_permute
@@ -111,7 +111,7 @@ def neox_side(side: _Side, head_dim: int) -> _Side:
     if len(side.shape) == 1:
         elem = side.nbytes // side.cols
         permuted = lambda: neox_permute(side.read(0, 1).reshape(side.cols, elem), head_dim).reshape(-1)  # noqa: E731
-        return _Side(side.name, side.shape, side.qtype, side.nbytes, lambda r0, r1: permuted())
+        return Side(side.name, side.shape, side.qtype, side.nbytes, lambda r0, r1: permuted())
     row_bytes = side.nbytes // side.rows
 
     def read(r0: int, r1: int) -> np.ndarray:
@@ -119,10 +119,10 @@ def neox_side(side: _Side, head_dim: int) -> _Side:
         whole = side.read(0, side.rows).reshape(side.rows, row_bytes)  # one tensor: what convert holds too
         return whole[idx].reshape(-1)
 
-    return _Side(side.name, side.shape, side.qtype, side.nbytes, read)
+    return Side(side.name, side.shape, side.qtype, side.nbytes, read)
 
 
-def _deq(raw: np.ndarray, t: Q, rows: int, cols: int, out: np.ndarray | None = None) -> np.ndarray:
+def dequantize_rows(raw: np.ndarray, t: Q, rows: int, cols: int, out: np.ndarray | None = None) -> np.ndarray:
     """Bytes of ``rows`` rows -> float32 (rows, cols), with ggml's float operations (checked bit
     for bit against gguf-py in tests/compare/test_sides.py); in ``out`` (float32, at least
     rows x cols) where the type's path can write there."""

@@ -20,18 +20,18 @@ from gguf import GGMLQuantizationType as Q
 
 from ..errors import QuantizationError
 from ..quants.scratch import Scratch
-from .bands import _FLOATS
+from .bands import FLOAT_TYPES
 from .kernels import block_check
 from .report import TensorComparison
-from .sides import _Side, _deq
+from .sides import Side, dequantize_rows
 
 
 @dataclass(frozen=True)
-class _Job:
+class Job:
     """How one pair is compared (decided once per tensor, used by every chunk)."""
 
-    ref: _Side  # x: the more precise side
-    other: _Side  # y: the side whose bytes are checked
+    ref: Side  # x: the more precise side
+    other: Side  # y: the side whose bytes are checked
     exact_ref: bool  # x are the values ggml encodes (the checkpoint, or a float GGUF)
     requant: bool  # re-encode x into other's type and compare bytes
     bad_kind: str | None  # "block" | "elem" | None
@@ -42,7 +42,7 @@ class _Job:
 
 
 @dataclass
-class _Stats:
+class Stats:
     """Sums and extremes of one chunk, or of a whole tensor once merged (x: ref, y: other, d = y - x)."""
 
     ss_x: float = 0.0
@@ -66,10 +66,10 @@ class _Stats:
     bytes_diff: int = 0
     requant_error: str | None = None
     # chunks that took the lossless shortcut (no numbers computed): if another chunk of the
-    # tensor differs, their share of ||x|| is added afterwards by _reduce
+    # tensor differs, their share of ||x|| is added afterwards by reduce_stats
     shortcut_spans: list[tuple[int, int]] = field(default_factory=list)
 
-    def merge(self, o: "_Stats") -> None:
+    def merge(self, o: "Stats") -> None:
         self.ss_x += o.ss_x
         self.ss_y += o.ss_y
         self.ss_d += o.ss_d
@@ -96,7 +96,7 @@ class _Stats:
         self.shortcut_spans += o.shortcut_spans
 
 
-def _chunk(job: _Job, r0: int, r1: int) -> _Stats:
+def chunk_stats(job: Job, r0: int, r1: int) -> Stats:
     # garbage data (a corrupted exponent, an inf scale) must become a verdict, not warnings
     with np.errstate(all="ignore"):
         return _chunk_stats(job, r0, r1)
@@ -105,11 +105,11 @@ def _chunk(job: _Job, r0: int, r1: int) -> _Stats:
 _scratch = Scratch()
 
 
-def _chunk_stats(job: _Job, r0: int, r1: int) -> _Stats:
+def _chunk_stats(job: Job, r0: int, r1: int) -> Stats:
     ref, oth = job.ref, job.other
     rows, cols = r1 - r0, ref.cols
     n = rows * cols
-    s = _Stats()
+    s = Stats()
     xb = ref.fetch(r0, r1, _scratch.get("xb", ref.nbytes // max(ref.rows, 1) * rows))
     yb = oth.fetch(r0, r1, _scratch.get("yb", oth.nbytes // max(oth.rows, 1) * rows))
     # e: ggml's encoding of x in other's type, when re-encoded; xx: x.x; ye: e dequantized,
@@ -118,7 +118,7 @@ def _chunk_stats(job: _Job, r0: int, r1: int) -> _Stats:
     if ref.qtype == oth.qtype:
         s.identical = bool(np.array_equal(xb, yb))
     else:
-        x = _deq(xb, ref.qtype, rows, cols, _scratch.get("x", n, np.float32))
+        x = dequantize_rows(xb, ref.qtype, rows, cols, _scratch.get("x", n, np.float32))
         if job.requant:
             e, xx, d, ye = _reencode(job, s, xb, x, yb)
         s.identical = e is not None and bool(np.array_equal(e, yb.view(e.dtype)))
@@ -128,7 +128,7 @@ def _chunk_stats(job: _Job, r0: int, r1: int) -> _Stats:
         s.shortcut_spans.append((r0, r1))
         return s
     if x is None:
-        x = _deq(xb, ref.qtype, rows, cols, _scratch.get("x", n, np.float32))
+        x = dequantize_rows(xb, ref.qtype, rows, cols, _scratch.get("x", n, np.float32))
     xf = x.reshape(-1)
     y = None  # y is read back only where needed
     if s.identical and d is not None:  # the 16-bit re-encoding came with d = e read back - x = y - x
@@ -138,7 +138,7 @@ def _chunk_stats(job: _Job, r0: int, r1: int) -> _Stats:
     else:
         # yb == e: y is e read back, which the quantizer wrote (the same bits as dequantizing yb)
         y = ye if s.identical and ye is not None else \
-            _deq(yb, oth.qtype, rows, cols, _scratch.get("y", n, np.float32)).reshape(-1)
+            dequantize_rows(yb, oth.qtype, rows, cols, _scratch.get("y", n, np.float32)).reshape(-1)
         d = np.subtract(y, xf, out=_scratch.get("d", n, np.float32))
     # three dots, not four: x.y = x.x + x.d and y.y = x.x + 2 x.d + d.d (y = x + d)
     s.ss_x, s.ss_d, xd = _dot(xf, xf) if xx is None else xx, _dot(d, d), _dot(xf, d)
@@ -152,7 +152,7 @@ def _chunk_stats(job: _Job, r0: int, r1: int) -> _Stats:
     s.max_idx = r0 * cols + i
     if not (math.isfinite(s.ss_y) and math.isfinite(s.ss_x)):
         if y is None:
-            y = _deq(yb, oth.qtype, rows, cols, _scratch.get("y", n, np.float32)).reshape(-1)
+            y = dequantize_rows(yb, oth.qtype, rows, cols, _scratch.get("y", n, np.float32)).reshape(-1)
         bad = ~np.isfinite(y) & np.isfinite(xf)
         s.nonfinite = int(np.count_nonzero(bad))
         if s.nonfinite:
@@ -164,7 +164,7 @@ def _chunk_stats(job: _Job, r0: int, r1: int) -> _Stats:
     if e is not None:
         e = e.view(np.uint8)
         if ye is None:
-            ye = _deq(e, oth.qtype, rows, cols).reshape(-1)
+            ye = dequantize_rows(e, oth.qtype, rows, cols).reshape(-1)
         de = np.subtract(ye, xf)
         s.has_expected, s.exp_ss_d, s.exp_max_abs = True, _dot(de, de), _absmax(de)[0]
         np.subtract(y, ye, out=de)
@@ -194,7 +194,7 @@ def _chunk_stats(job: _Job, r0: int, r1: int) -> _Stats:
     return s
 
 
-def _reencode(job: _Job, s: _Stats, xb: np.ndarray, x: np.ndarray, yb: np.ndarray
+def _reencode(job: Job, s: Stats, xb: np.ndarray, x: np.ndarray, yb: np.ndarray
               ) -> tuple[np.ndarray | None, float | None, np.ndarray | None, np.ndarray | None]:
     """ggml's encoding e of the chunk's x in the other side's type (bytes, or uint16 for the
     16-bit float pairs, to compare with yb), with what came along: x.x, for the 16-bit pairs
@@ -250,21 +250,21 @@ def _absmax(d: np.ndarray) -> tuple[float, int]:
 
 def _lossless(src: Q, dst: Q) -> bool:
     """Whether encoding values of type ``src`` as ``dst`` is exact (so identical bytes => zero error)."""
-    return src == dst or (dst == Q.F32 and src in _FLOATS)
+    return src == dst or (dst == Q.F32 and src in FLOAT_TYPES)
 
 
-def _reduce(job: _Job, chunks: Iterable[_Stats]) -> _Stats:
+def reduce_stats(job: Job, chunks: Iterable[Stats]) -> Stats:
     """A tensor's chunk stats, merged in chunk order (so the float sums do not depend on
     scheduling). A tensor whose chunks are partly byte-identical (lossless shortcut) and partly
     not gets the shortcut chunks' x.x added (y == x there), so the relative errors use the whole
     tensor's norm; only partially damaged tensors re-read those chunks, which costs nothing
     overall."""
-    st = _Stats(lossless=True)
+    st = Stats(lossless=True)
     for c in chunks:
         st.merge(c)
     if not st.lossless:
         for r0, r1 in st.shortcut_spans:
-            x = _deq(job.ref.read(r0, r1), job.ref.qtype, r1 - r0, job.ref.cols).reshape(-1)
+            x = dequantize_rows(job.ref.read(r0, r1), job.ref.qtype, r1 - r0, job.ref.cols).reshape(-1)
             xx = _dot(x, x)
             st.ss_x += xx
             st.ss_y += xx
@@ -273,7 +273,7 @@ def _reduce(job: _Job, chunks: Iterable[_Stats]) -> _Stats:
     return st
 
 
-def _metrics(r: TensorComparison, job: _Job, st: _Stats) -> None:
+def measure_chunk(r: TensorComparison, job: Job, st: Stats) -> None:
     """The reduced sums of a tensor -> its row's error metrics (the verdict comes after)."""
     if st.lossless:
         r.rel_rms, r.max_abs, r.norm_ratio = 0.0, 0.0, 1.0
@@ -290,7 +290,7 @@ def _metrics(r: TensorComparison, job: _Job, st: _Stats) -> None:
             r.norm_ratio = None
             r.cosine = None
         r.max_abs = st.max_abs
-        r.max_abs_index = _unravel(st.max_idx, job.ref.shape) if st.max_abs != 0 else None
+        r.max_abs_index = unravel(st.max_idx, job.ref.shape) if st.max_abs != 0 else None
         if st.has_expected:
             ref_ss = st.ss_x if st.ss_x > 0 else 1.0
             r.expected_rel_rms = math.sqrt(st.exp_ss_d / ref_ss) if st.ss_x > 0 else 0.0
@@ -300,9 +300,9 @@ def _metrics(r: TensorComparison, job: _Job, st: _Stats) -> None:
             r.bytes_differing = st.bytes_diff
 
 
-def _unravel(flat: int, shape: tuple[int, ...]) -> tuple[int, ...]:
+def unravel(flat: int, shape: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(int(i) for i in np.unravel_index(flat, shape)) if flat >= 0 else ()
 
 
-def _fmt_idx(idx: tuple[int, ...]) -> str:
+def format_index(idx: tuple[int, ...]) -> str:
     return "[" + ", ".join(map(str, idx)) + "]"

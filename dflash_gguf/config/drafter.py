@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
+from .attention import HFAttention, parse_hf_attention, resolve_swa
 from .dspark import (ALL_DSPARK_ARCHS, DSPARK_ARCHS, DSparkSpec, layer_config_default_theta, normalize_dspark,
                      parse_dspark)
 from .rope import RopeScaling, parse_rope
@@ -28,7 +29,6 @@ UNHONOURED_KNOBS = {
     "backbone_rotary_base": "MiMo's RoPE base for the target-context keys; mainline llama.cpp ropes them with "
                             "rope.freq_base (its converter drops this key too)",
 }
-LAYER_TYPES = ("sliding_attention", "full_attention")
 MASK_FILE = "mask_embedding.pt"  # MiMo's side file beside config.json: the mask token's own embedding
 
 
@@ -45,6 +45,7 @@ class DrafterConfig:
     num_attention_heads: int
     num_key_value_heads: int
     head_dim: int
+    head_dim_in_config: bool  # False: hidden_size // num_attention_heads (no key/value length is written)
     rms_norm_eps: float
     max_position_embeddings: int | None
     vocab_size: int
@@ -61,6 +62,8 @@ class DrafterConfig:
     use_sliding_window: bool
     sliding_window: int | None  # effective window (None when SWA is off)
     is_causal: bool | None  # None: the reference's per-layer rule (sliding causal, full not)
+    swa_every_layer: bool  # dflash_config.use_swa: vLLM slides every layer unless layer_types lists sliding ones
+    hf_attention: HFAttention  # the top-level keys alone, as transformers' Qwen3Config (and z-lab) reads them
     attention_bias: bool
     final_logit_softcapping: float | None
     input_embedding_scale: float | None
@@ -80,7 +83,6 @@ class DrafterConfig:
     # knob -> where its value came from ("dflash_config.block_size", "config.rope_theta", "default")
     sources: dict[str, str] = field(default_factory=dict)
     warnings: tuple[str, ...] = ()
-    raw: dict[str, Any] = field(default_factory=dict, repr=False)
 
     @property
     def is_dflash2(self) -> bool:
@@ -161,7 +163,7 @@ def parse_config(raw: dict[str, Any], cfg_path: Path) -> DrafterConfig:
         r.warnings.append(f"rope_theta is not in config.json: the speculators layer runs with transformers' default "
                           f"{theta:g}; written without rope.freq_base, as mainline llama.cpp does (its default is the same)")
 
-    # DSpark hook: mainline converts a DSpark export without a mask id (and writes none)
+    # mainline converts a DSpark export without a mask id (and writes none)
     mask = r.knob_int("mask_token_id", required=arch not in DSPARK_ARCHS, lo=0)
     vocab = r.top_int("vocab_size")
     if mask is None:
@@ -180,7 +182,7 @@ def parse_config(raw: dict[str, Any], cfg_path: Path) -> DrafterConfig:
         raise ConfigError(f"{cfg_path}: block_size={block_size} is out of range (2..{MAX_BLOCK_SIZE:,}); no drafter "
                           "drafts that many tokens a block: fix config.json")
 
-    layer_types, use_swa, window = _resolve_swa(r, n_layers)
+    layer_types, use_swa, window = resolve_swa(r, n_layers)
 
     is_causal = r.raw.get("is_causal")
     if is_causal is None and "causal" in r.dflash:
@@ -229,6 +231,7 @@ def parse_config(raw: dict[str, Any], cfg_path: Path) -> DrafterConfig:
         num_attention_heads=n_head,
         num_key_value_heads=n_kv,
         head_dim=head_dim,
+        head_dim_in_config=raw.get("head_dim") is not None,
         rms_norm_eps=eps,
         max_position_embeddings=r.top_int("max_position_embeddings", required=False),
         vocab_size=vocab,
@@ -245,6 +248,8 @@ def parse_config(raw: dict[str, Any], cfg_path: Path) -> DrafterConfig:
         use_sliding_window=use_swa,
         sliding_window=window,
         is_causal=is_causal,
+        swa_every_layer=bool(r.dflash.get("use_swa")),  # a flag: resolve_swa has checked it
+        hf_attention=parse_hf_attention(raw, cfg_path),
         attention_bias=bool(flag(raw.get("attention_bias"), "attention_bias", cfg_path)),
         final_logit_softcapping=softcap,
         input_embedding_scale=r.knob_float("input_embedding_scale"),
@@ -256,7 +261,6 @@ def parse_config(raw: dict[str, Any], cfg_path: Path) -> DrafterConfig:
         dspark=parse_dspark(published, arch, vocab, cfg_path, raw) if arch in ALL_DSPARK_ARCHS else None,
         sources=dict(r.sources),
         warnings=tuple(r.warnings),
-        raw=raw,
         **conv,
     )
 
@@ -358,35 +362,3 @@ def _resolve_taps(r: Resolver, num_target_layers: int | None, n_layers: int) -> 
     if len(set(value)) != len(value):
         raise ConfigError(f"{r.path}: {source} has duplicate ids {value}")
     return tuple(value)
-
-
-def _resolve_swa(r: Resolver, n_layers: int) -> tuple[tuple[str, ...] | None, bool, int | None]:
-    layer_types = r.raw.get("layer_types")
-    if layer_types is not None:
-        if not isinstance(layer_types, list) or len(layer_types) != n_layers:
-            raise ConfigError(
-                f"{r.path}: layer_types must list one entry per layer ({n_layers}), got {layer_types!r:.80}"
-            )
-        bad = [t for t in layer_types if t not in LAYER_TYPES]
-        if bad:
-            raise ConfigError(f"{r.path}: layer_types has unknown entries {bad}; allowed: {', '.join(LAYER_TYPES)}")
-        layer_types = tuple(layer_types)
-
-    use_swa = bool(flag(r.raw.get("use_sliding_window"), "use_sliding_window", r.path)
-                   or flag(r.dflash.get("use_swa"), "dflash_config.use_swa", r.path))
-    window = r.dflash.get("swa_window_size") or r.raw.get("sliding_window")
-    if window is not None:
-        window = coerce(window, int, "sliding_window", r.path, lo=None)
-        if window <= 0:
-            raise ConfigError(f"{r.path}: sliding_window={window} must be positive")
-    has_sliding = layer_types is not None and "sliding_attention" in layer_types
-    if has_sliding and window is None:
-        raise ConfigError(f"{r.path}: layer_types has sliding_attention layers but sliding_window is not set")
-    if has_sliding and not use_swa:
-        # transformers only honours the window when use_sliding_window is true; so does the
-        # reference, so the layers run as full attention. Say so rather than guess.
-        r.warnings.append("layer_types lists sliding layers but use_sliding_window is false: no SWA written")
-    effective = window if (use_swa and window) else None
-    if effective is not None:
-        r.sources["sliding_window"] = "dflash_config.swa_window_size" if r.dflash.get("swa_window_size") else "config.sliding_window"
-    return layer_types, use_swa, effective

@@ -37,6 +37,7 @@ GEMMA4_ACT = "gelu_pytorch_tanh"
 # (Qwen3Config.default_theta); mainline then writes no rope.freq_base and its runtime's own
 # default is the same 10,000. Other layer types are refused rather than guessed.
 LAYER_CONFIG_DEFAULT_THETA = {"qwen3": 10000.0}
+MLX_DEFAULT_MARKOV_RANK = 256  # mlx-dspark's DSparkConfig default
 
 
 @dataclass(frozen=True)
@@ -50,6 +51,28 @@ class Gemma4Layout:
 
 
 @dataclass(frozen=True)
+class MlxKnobs:
+    """What mlx-dspark's config reader (the torch reference follows it) takes beyond mainline's
+    keys. The head knobs are read at the top level, then under ``dflash_config``; the attention
+    and backbone knobs at the top level only."""
+
+    markov_rank: int | None = None  # None: not declared (mlx-dspark builds rank 256; a load reads the weights)
+    confidence_head: bool = True  # enable_confidence_head
+    confidence_head_with_markov: bool = True  # the confidence head also reads markov_w1[prev]
+    has_lm_head: bool = True  # False: the target's head gives the logits
+    query_causal: bool = False  # dflash_query_causal: the block attends causally
+    sliding_window_non_causal: bool = False  # a speculators export's sliding layers attend both ways
+    attention_sink_bias: bool = False  # the top-level spelling (DFlash declares it under dflash_config)
+    qwen35_gated_q_proj: bool = False  # enable_qwen35_gated_q_proj: a backbone the reference lacks
+    log_snr_conditioning: bool = False  # a conditioning the reference lacks
+
+    @property
+    def built_markov_rank(self) -> int:
+        """The rank mlx-dspark builds a fresh Markov head with."""
+        return MLX_DEFAULT_MARKOV_RANK if self.markov_rank is None else self.markov_rank
+
+
+@dataclass(frozen=True)
 class DSparkSpec:
     """What a DSpark drafter adds to a DFlash one."""
 
@@ -59,8 +82,9 @@ class DSparkSpec:
     markov_head_type: str  # only "vanilla" exists in any runtime
     draft_vocab_size: int  # == vocab_size unless the head predicts a reduced vocabulary (d2t)
     reduced_vocab: bool = False  # draft_vocab_size < vocab_size: d2t maps draft ids to target ids
-    markov_rank: int | None = None  # from config.json; the tensors decide when absent
+    markov_rank: int | None = None  # top-level config.json, as mainline reads it; the tensors decide when absent
     gemma4_layout: Gemma4Layout | None = None
+    mlx: MlxKnobs = MlxKnobs()
 
     @property
     def gemma4(self) -> bool:
@@ -161,7 +185,31 @@ def parse_dspark(raw: dict[str, Any], arch: str, vocab_size: int, path: Path,
     return DSparkSpec(architecture=arch, eagle3_style=eagle3, sample_from_anchor=bool(anchor),
                       markov_head_type=head, draft_vocab_size=draft, markov_rank=rank,
                       gemma4_layout=_gemma4_layout(merged, path) if arch == GEMMA4_DSPARK_ARCH else None,
-                      reduced_vocab=draft < vocab_size)
+                      reduced_vocab=draft < vocab_size, mlx=_mlx_knobs(merged, dflash, path))
+
+
+def _mlx_knobs(merged: dict[str, Any], dflash: dict[str, Any], path: Path) -> MlxKnobs:
+    def head(key: str) -> tuple[Any, str]:
+        if merged.get(key) is None and dflash.get(key) is not None:
+            return dflash[key], f"dflash_config.{key}"
+        return merged.get(key), key
+
+    def on(key: str, default: bool, nested: bool = False) -> bool:
+        value = flag(*(head(key) if nested else (merged.get(key), key)), path)
+        return default if value is None else value
+
+    rank, where = head("markov_rank")
+    return MlxKnobs(
+        markov_rank=None if rank is None else coerce(rank, int, where, path, lo=0),
+        confidence_head=on("enable_confidence_head", True, nested=True),
+        confidence_head_with_markov=on("confidence_head_with_markov", True, nested=True),
+        has_lm_head=on("has_lm_head", True, nested=True),
+        query_causal=on("dflash_query_causal", False),
+        sliding_window_non_causal=on("sliding_window_non_causal", False),
+        attention_sink_bias=on("attention_sink_bias", False),
+        qwen35_gated_q_proj=on("enable_qwen35_gated_q_proj", False),
+        log_snr_conditioning=on("log_snr_conditioning", False),
+    )
 
 
 # --- Gemma4 DSpark: mainline's refusals, in its order, with its reasons ------------------------

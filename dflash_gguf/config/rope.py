@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
-from .values import FLOAT32_MAX, coerce
+from .values import FLOAT32_MAX, coerce, flag
 
 _NEEDS_FACTOR = ("linear", "yarn", "llama3", "dynamic")
 _NEEDS_ORIGINAL = ("yarn", "llama3")
@@ -25,6 +25,7 @@ class RopeScaling:
     factor: float | None
     original_context_length: int | None
     params: dict[str, float] = field(default_factory=dict)
+    truncate: bool = True  # yarn: round the correction range to whole dims (a bool, so not in params)
 
     @property
     def llama3_freq_factors(self) -> tuple[float, float]:
@@ -118,6 +119,7 @@ def parse_rope(raw: dict[str, Any], path: Path, *, required: bool = True) -> Rop
             factor=None if factor is None else float(factor),
             original_context_length=orig,
             params=numeric,
+            truncate=_truncate(raw, path),
         )
         sources["rope_scaling"] = where if where == "rope_parameters" else "config.rope_scaling"
 
@@ -127,6 +129,16 @@ def parse_rope(raw: dict[str, Any], path: Path, *, required: bool = True) -> Rop
         if not 0 < partial <= 1:
             raise ConfigError(f"{path}: partial_rotary_factor={partial} must be in (0, 1]")
     return Rope(theta, scaling, partial, sources)
+
+
+def _truncate(raw: dict[str, Any], path: Path) -> bool:
+    """transformers' yarn ``truncate`` (default True), from ``rope_scaling`` then ``rope_parameters``.
+    An explicit null reads as false, as transformers' ``if truncate:`` does."""
+    for key in ("rope_scaling", "rope_parameters"):
+        src = raw.get(key)
+        if isinstance(src, dict) and "truncate" in src:
+            return bool(flag(src["truncate"], f"{key}.truncate", path))
+    return True
 
 
 def _positive(value: Any) -> bool:

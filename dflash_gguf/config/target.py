@@ -10,9 +10,10 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
+from .attention import HFAttention, parse_hf_attention, parse_layer_names
 from .drafter import Resolver
 from .rope import RopeScaling, parse_rope
-from .values import MAX_HEAD_DIM, MAX_LAYERS, read_config_json
+from .values import MAX_HEAD_DIM, MAX_LAYERS, flag, read_config_json
 
 
 @dataclass(frozen=True)
@@ -32,13 +33,17 @@ class TargetConfig:
     rms_norm_eps: float | None
     rope_theta: float | None
     rope_scaling: RopeScaling | None
+    partial_rotary_factor: float | None
     max_position_embeddings: int | None
     tie_word_embeddings: bool
     attention_bias: bool
     bos_token_id: int | None
     eos_token_id: int | tuple[int, ...] | None
     uses_mrope: bool = False  # multimodal RoPE (Qwen3.5/3.6, Qwen-VL): drafters rope on the temporal section
-    raw: dict[str, Any] = field(default_factory=dict, repr=False)
+    hidden_act: str | None = "silu"  # transformers' default when absent; None: an explicit null
+    mlp_bias: bool = False  # Llama's MLP biases
+    layer_types: tuple[str, ...] | None = None  # as declared (hybrid targets name other layer kinds too)
+    hf_attention: HFAttention = field(default_factory=HFAttention)
 
 
 def load_target_config(target_dir: str | Path) -> TargetConfig:
@@ -67,6 +72,9 @@ def parse_target_config(top: dict[str, Any], cfg_path: Path) -> TargetConfig:
     if not isinstance(archs, list):
         raise ConfigError(f"{cfg_path}: architectures must be a list of class names, got {archs!r:.80}")
     eos = raw.get("eos_token_id")
+    act = raw.get("hidden_act", "silu")
+    if act is not None and not isinstance(act, str):
+        raise ConfigError(f"{cfg_path}: hidden_act must be an activation name, got {act!r:.80}")
     return TargetConfig(
         path=cfg_path,
         architecture=str(archs[0]),
@@ -81,13 +89,17 @@ def parse_target_config(top: dict[str, Any], cfg_path: Path) -> TargetConfig:
         rms_norm_eps=r.top_float("rms_norm_eps", required=False),
         rope_theta=rope.theta,
         rope_scaling=rope.scaling,
+        partial_rotary_factor=rope.partial_rotary_factor,
         max_position_embeddings=r.top_int("max_position_embeddings", required=False),
         tie_word_embeddings=bool(raw.get("tie_word_embeddings", False)),
         attention_bias=bool(raw.get("attention_bias", False)),
         bos_token_id=raw.get("bos_token_id"),
         eos_token_id=tuple(eos) if isinstance(eos, list) else eos,
         uses_mrope=uses_mrope(top),
-        raw=raw,
+        hidden_act=act,
+        mlp_bias=bool(flag(raw.get("mlp_bias"), "mlp_bias", cfg_path)),
+        layer_types=parse_layer_names(raw, cfg_path),
+        hf_attention=parse_hf_attention(raw, cfg_path),
     )
 
 

@@ -16,7 +16,8 @@ from ..fileio.gguf_writer import FileSpan, TensorOut, WriteReport, write_gguf
 from ..fileio.safetensors import SourceTensor, bf16_bytes_to_f32, iter_raw, read_inventory, read_raw, to_f32
 from ..formats import get_format
 from ..target.info import check_drafter_fits, load_target
-from .plan import ROPE_FREQS, ConversionPlan, TensorPlan, build_plan, llama3_rope_factors
+from ..formats.names import ROPE_FREQS
+from .plan import MASK_ROW, NEOX_PERMUTE, ConversionPlan, TensorPlan, build_plan, llama3_rope_factors
 
 if TYPE_CHECKING:  # numpy: imported where tensor data is converted, never for a plain copy
     import numpy as np
@@ -127,9 +128,9 @@ def _producer(p: TensorPlan, by_name: dict[str, SourceTensor], conv: Conversion)
         return lambda: llama3_rope_factors(conv.config)
     src = by_name[p.src]
     chunks = None
-    if p.transform == "neox-permute":
+    if p.transform == NEOX_PERMUTE:
         chunks = lambda: [neox_permute(read_raw(src), conv.config.head_dim)]  # noqa: E731 (one tensor in memory)
-    elif p.transform == "mask-row":
+    elif p.transform == MASK_ROW:
         chunks = lambda: _patched(src, conv.mask)  # noqa: E731
     return lambda: encode(src, p.ggml_type, chunks() if chunks else None)
 

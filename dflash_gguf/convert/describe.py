@@ -6,8 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import GGUFFormatError
-from ..formats import detect_format, meta_from_gguf
-from ..formats.dspark import dspark_summary
+from ..formats import detect_format, file_family, meta_from_gguf
 from ..fileio.gguf_reader import read_gguf
 
 
@@ -21,7 +20,7 @@ class GGUFInfo:
     kvs: list[dict[str, Any]]
     tensors: list[dict[str, Any]]
     problem: str | None = None  # a drafter (by architecture) whose DFlash keys cannot be read: why
-    dspark: dict[str, Any] | None = None  # DSpark heads and vocabulary (formats.dspark.dspark_summary)
+    dspark: dict[str, Any] | None = None  # the family's own parts (FileFamily.summary): DSpark heads and vocabulary
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -50,7 +49,8 @@ def inspect_gguf(path: str | Path) -> GGUFInfo:
         taps_zlab=None if meta is None else tuple(meta.taps),
         taps_stored=None if meta is None else tuple(fmt.stored_taps(meta)),
         kvs=[kv.to_json() for kv in f.kvs.values()],
-        dspark=None if fmt is None else dspark_summary(f.kvs, f.shapes(), f.arch or ""),  # DSpark hook
+        dspark=None if fmt is None else file_family(f.kvs, list(f.shapes()), f.arch or "").summary(
+            f.kvs, f.shapes(), f.arch or ""),
         tensors=[{"name": t.name, "ne": list(reversed(t.shape)), "type": t.ggml_type.name, "nbytes": t.nbytes,
                   "offset": t.offset_abs} for t in f.tensors],
     )

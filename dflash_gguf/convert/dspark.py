@@ -31,46 +31,35 @@ from ..errors import WeightsError
 from ..fileio.bf16 import bf16_to_f32
 from ..fileio.safetensors import SourceTensor, read_raw
 from ..formats import Format
+from .family import Generated, PlanExtension
 from ..formats.dspark import HAS_CONFIDENCE_HEAD, SAMPLE_FROM_ANCHOR, gemma4_gguf_name
 from ..formats.meta import DrafterMeta
-from ..formats.names import D2T, T2D
+from ..formats.names import D2T, ROPE_FREQS, T2D
 
 W1, W2 = "markov_head.markov_w1.weight", "markov_head.markov_w2.weight"
 CONF_W, CONF_B = "confidence_head.proj.weight", "confidence_head.proj.bias"
 GEMMA4_CONF = {"confidence_proj.weight": CONF_W, "confidence_proj.bias": CONF_B}
 LM_HEAD = "lm_head.weight"
-ROPE_FREQS = "rope_freqs.weight"
-Extra = tuple[str, np.ndarray, str, Q, str]  # name, data, source dtype, ggml type, why
 _INT_DTYPES = ("I64", "I32", "I16", "I8", "U8", "U16", "U32", "U64")
 
 
 @dataclass
-class DSparkPlan:
-    """What a DSpark checkpoint adds to the DFlash plan (checkpoint names without ``model.``)."""
+class DSparkPlan(PlanExtension):
+    """What a DSpark checkpoint adds to the DFlash plan: its heads, d2t, Gemma4's block."""
 
-    expected: dict[str, tuple[int, ...]]  # every required tensor and its shape (DFlash's, adjusted)
-    optional: dict[str, tuple[int, ...]]  # kept when present (embed_tokens, lm_head, conf bias)
-    claimed: dict[str, str]  # names not written as themselves: name -> why (dropped and reported, or d2t)
-    hparams: list[tuple[str, object, T, T | None]]  # set on the DrafterMeta (replacing same suffix)
-    by_name: dict[str, SourceTensor] = field(default_factory=dict)  # the inventory under mainline's names
+    hparams: list[tuple[str, object, T, T | None]] = field(default_factory=list)  # set on the DrafterMeta
     d2t: np.ndarray | None = None  # absolute target ids, validated
     d2t_dtype: str = ""  # the checkpoint's dtype of d2t
     rope_freqs: np.ndarray | None = None  # Gemma4 proportional RoPE
     gemma4: bool = False
-    notes: list[str] = field(default_factory=list)
 
     def classify(self, name: str) -> str | None:
-        """How the plan treats a checkpoint tensor outside ``expected``: "written" (d2t, from
-        the validated ids), "dropped" (reported with its reason), "optional", or None (the
-        shared DFlash rules decide)."""
         if name == D2T and self.d2t is not None:
-            return "written"
-        if name in self.claimed:
-            return "dropped"
-        return "optional" if name in self.optional else None
+            return "written"  # from the validated ids, last (``generated``)
+        return super().classify(name)
 
     def gguf_name(self, fmt: Format, name: str) -> str | None:
-        """The GGUF name of a checkpoint tensor (Gemma4's own names first)."""
+        """Gemma4's own names first, then the shared table."""
         return (gemma4_gguf_name(name) if self.gemma4 else None) or fmt.gguf_name(name)
 
     def apply(self, meta: DrafterMeta) -> None:
@@ -85,16 +74,18 @@ class DSparkPlan:
             else:
                 meta.hparams.append((suffix, value, typ, sub))
 
-    def extra_tensors(self) -> tuple[list[Extra], list[Extra]]:
-        """(tensors written first, tensors written last) as (name, data, source dtype, type, why):
-        rope_freqs leads (generated, as mainline's generate_extra_tensors), d2t closes (mainline
-        adds it after the rest)."""
+    def generated(self) -> tuple[list[Generated], list[Generated]]:
+        """rope_freqs leads (generated, as mainline's generate_extra_tensors), d2t closes
+        (mainline adds it after the rest)."""
         head = [] if self.rope_freqs is None else [
             (ROPE_FREQS, self.rope_freqs, "generated", Q.F32,
              "Gemma4 proportional RoPE: 1 on rotated dims, 1e30 on the rest")]
         tail = [] if self.d2t is None else [
             (D2T, self.d2t, self.d2t_dtype, Q.I64, "DSpark d2t: draft id -> absolute target id (offset + draft id)")]
         return head, tail
+
+    def written_from(self, gguf_name: str) -> str | None:
+        return D2T if gguf_name == D2T and self.d2t is not None else None
 
 
 def plan_dspark(cfg: DrafterConfig, base: dict[str, tuple[int, ...]], by_name: dict[str, SourceTensor],
@@ -110,7 +101,7 @@ def plan_dspark(cfg: DrafterConfig, base: dict[str, tuple[int, ...]], by_name: d
     assert spec is not None
     H, draft = cfg.hidden_size, spec.draft_vocab_size
     names = dict(by_name)
-    plan = DSparkPlan(expected=dict(base), optional={}, claimed={}, hparams=[], gemma4=spec.gemma4)
+    plan = DSparkPlan(expected=dict(base), by_name={}, gemma4=spec.gemma4)
     if spec.gemma4:
         _gemma4_layers(cfg, plan)
         for src, dst in GEMMA4_CONF.items():  # mainline renames them before anything else looks

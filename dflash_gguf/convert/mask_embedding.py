@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from ..config import MASK_FILE, DrafterConfig, load_target_config
 from ..errors import ConfigError, TargetError, UsageError, WeightsError
 from ..fileio.safetensors import FLOAT_DTYPES, SourceTensor, read_inventory
+from ..formats.names import OUTPUT, TOKEN_EMBD
 
 EMBED, HEAD = "embed_tokens.weight", "lm_head.weight"  # drafter checkpoint names (without "model.")
 _GGUF_FLOATS = {"F32": "F32", "F16": "F16", "BF16": "BF16"}  # GGML type name -> safetensors dtype
@@ -235,7 +236,7 @@ def _from_dir(target_dir: str | Path):
         cfg = load_target_config(d)
     except ConfigError as exc:
         raise TargetError(f"target: {exc}") from None
-    tied = bool(cfg.raw.get("tie_word_embeddings", False))
+    tied = cfg.tie_word_embeddings
     names = {"embed": "model.embed_tokens.weight", "head": "model.embed_tokens.weight" if tied else "lm_head.weight"}
 
     def find(what: str) -> SourceTensor:
@@ -255,8 +256,7 @@ def _from_gguf(target_gguf: str | Path):
     byname = header.tensors_by_name
 
     def find(what: str) -> SourceTensor:
-        name = "token_embd.weight" if what == "embed" else ("output.weight" if "output.weight" in byname
-                                                            else "token_embd.weight")  # tied: no output.weight
+        name = TOKEN_EMBD if what == "embed" else (OUTPUT if OUTPUT in byname else TOKEN_EMBD)  # tied: no output.weight
         t = byname.get(name)
         if t is None:
             raise TargetError(f"{p}: has no {name} ({MASK_FILE} needs the target's embeddings and output head)")

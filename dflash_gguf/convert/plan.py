@@ -6,19 +6,18 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Mapping, Sequence
 
 from ..config import DrafterConfig
 from ..errors import ConfigError, UsageError, WeightsError
 from ..formats import Format, meta_from_config
-from ..formats.names import DROPPED_TENSORS, FC, HIDDEN_NORM, OPTIONAL_TENSORS, PRE_FFN_NORM
-
-OPTIONAL_TENSORS_EMBED = "embed_tokens.weight"
+from ..formats.names import DROPPED_TENSORS, FC, GLOBAL, LAYER, OPTIONAL_TENSORS, ROPE_FREQS
 from ..fileio.gguf_constants import GGMLQuantizationType as Q
 from ..fileio.gguf_constants import GGUFValueType
 from ..fileio.gguf_writer import tensor_nbytes
 from ..fileio.types import KV
 from ..fileio.safetensors import FLOAT_DTYPES, SourceTensor
+from .family import PlanExtension
 from .outtypes import OUTTYPES
 
 if TYPE_CHECKING:
@@ -27,7 +26,6 @@ if TYPE_CHECKING:
 # general.file_type (llama_ftype) for each outtype
 FILE_TYPES = {"f32": 0, "f16": 1, "bf16": 32, "q8_0": 7, "q4_k_m": 15}
 _SOURCE_TYPES = {"F32": Q.F32, "F16": Q.F16, "BF16": Q.BF16}
-ROPE_FREQS = "rope_freqs.weight"
 
 
 @dataclass(frozen=True)
@@ -82,37 +80,100 @@ class ConversionPlan:
 
 
 def expected_shapes(cfg: DrafterConfig, target_hidden: int) -> dict[str, tuple[int, ...]]:
-    """Every tensor the config implies (checkpoint names without ``model.``) and its shape."""
-    H, I, hd = cfg.hidden_size, cfg.intermediate_size, cfg.head_dim
-    nq, nkv = cfg.num_attention_heads * hd, cfg.num_key_value_heads * hd
-    out: dict[str, tuple[int, ...]] = {
-        FC: (H, cfg.n_taps * target_hidden),
-        HIDDEN_NORM: (H,),
-        "norm.weight": (H,),
-    }
-    per_layer = {
-        "input_layernorm.weight": (H,), PRE_FFN_NORM: (H,),
-        **({"self_attn.attention_sink_bias": (cfg.num_attention_heads,)} if cfg.attention_sink_bias else {}),
-        "self_attn.q_proj.weight": (nq, H), "self_attn.k_proj.weight": (nkv, H),
-        "self_attn.v_proj.weight": (nkv, H), "self_attn.o_proj.weight": (H, nq),
-        "self_attn.q_norm.weight": (hd,), "self_attn.k_norm.weight": (hd,),
-        "mlp.gate_proj.weight": (I, H), "mlp.up_proj.weight": (I, H), "mlp.down_proj.weight": (H, I),
-    }
-    if cfg.attention_bias:
-        per_layer.update({"self_attn.q_proj.bias": (nq,), "self_attn.k_proj.bias": (nkv,),
-                          "self_attn.v_proj.bias": (nkv,)})
+    """Every tensor the config implies (checkpoint names without ``model.``) and its shape, from
+    the name table's shape rules (``formats.names.LAYER`` / ``GLOBAL``)."""
+    H, hd = cfg.hidden_size, cfg.head_dim
+    sizes = {"H": H, "I": cfg.intermediate_size, "D": hd, "N": cfg.num_attention_heads,
+             "Q": cfg.num_attention_heads * hd, "KV": cfg.num_key_value_heads * hd, "V": cfg.vocab_size,
+             "F": cfg.n_taps * target_hidden, "2": 2}
     if cfg.is_dflash2:
         k, g = cfg.conv_kernel_size, cfg.conv_group_size
-        proj = (2 * k * (H // g), H)
-        per_layer.update({"attention_conv.base_kernel": (2, k, H), "attention_conv.kernel_projection.weight": proj,
-                          "mlp_conv.base_kernel": (2, k, H), "mlp_conv.kernel_projection.weight": proj})
-        out.update({"candidate_selector.hidden_projection.weight": (cfg.selector_rank, H),
-                    "candidate_selector.predecessor_codebook": (cfg.vocab_size, cfg.selector_rank),
-                    "candidate_selector.successor_codebook": (cfg.vocab_size, cfg.selector_rank)})
+        sizes.update(K=k, P=2 * k * (H // g), R=cfg.selector_rank)
+    has = {"": True, "bias": cfg.attention_bias, "sinks": cfg.attention_sink_bias, "dflash2": cfg.is_dflash2}
+
+    def implied(table):
+        return {name: tuple(sizes[d] for d in t.shape) for name, t in table.items() if has.get(t.when, False)}
+
+    out = implied(GLOBAL)
+    per_layer = implied(LAYER)
     for i in range(cfg.num_hidden_layers):
         for suffix, shape in per_layer.items():
             out[f"layers.{i}.{suffix}"] = shape
     return out
+
+
+@dataclass(frozen=True)
+class Routes:
+    """Where every checkpoint tensor goes, before anything is validated: the part of the plan
+    compare-weights reads too (names without ``model.``)."""
+
+    expected: dict[str, tuple[int, ...]]  # required by the config, with shapes
+    by_name: dict[str, SourceTensor]  # the inventory (and target tables), under the family's names
+    written: list[str]  # sorted: what becomes a GGUF tensor (expected and present optional ones)
+    optional: list[str]  # present, not required
+    dropped: list[tuple[str, str]]  # (checkpoint name, why)
+    unknown: list[str]  # checkpoint names no rule knows
+    missing: list[str]  # expected but absent
+    from_target: frozenset[str]  # names that came from the target (extra_sources)
+    family: PlanExtension
+
+    def gguf_name(self, fmt: Format, name: str) -> str:
+        dst = self.family.gguf_name(fmt, name)
+        assert dst is not None, name
+        return dst
+
+
+def plan_extension(cfg: DrafterConfig, expected: dict[str, tuple[int, ...]], by_name: dict[str, SourceTensor],
+                   where: str) -> PlanExtension:
+    """The family's extension for ``cfg``: the one place a family is chosen for conversion."""
+    if cfg.dspark is not None:
+        # imported here: it loads numpy and gguf-py, which a plain convert from a target GGUF never needs
+        from .dspark import plan_dspark
+
+        return plan_dspark(cfg, expected, by_name, where)
+    return PlanExtension(dict(expected), dict(by_name))
+
+
+def route_tensors(cfg: DrafterConfig, fmt: Format, inventory: Sequence[SourceTensor], *, target_hidden: int,
+                  extra_sources: Mapping[str, SourceTensor] | None = None) -> Routes:
+    """Decide what happens to each checkpoint tensor (kept, dropped with a reason, unknown) and
+    which expected ones are missing; refuses nothing but a family's own structural errors.
+
+    Raises:
+        WeightsError: a family's tensors that cannot be routed (a half DSpark Markov head, a bad d2t).
+    """
+    by_name = {t.name.removeprefix("model."): t for t in inventory}
+    extra = {n: t for n, t in extra_sources.items() if n not in by_name} if extra_sources else {}
+    by_name.update(extra)
+    where = str(inventory[0].file.parent) if inventory else str(cfg.path.parent)
+    fam = plan_extension(cfg, expected_shapes(cfg, target_hidden), by_name, where)
+    expected = fam.expected
+    dropped: list[tuple[str, str]] = []
+    optional: list[str] = []
+    unknown: list[str] = []
+    for n, t in fam.by_name.items():
+        if n in expected:
+            continue
+        kind = fam.classify(n)
+        if kind == "written":
+            continue
+        if kind == "dropped":
+            dropped.append((t.name, fam.claimed[n]))
+        elif kind == "optional":
+            optional.append(n)
+        elif n in DROPPED_TENSORS or n.endswith("rotary_emb.inv_freq"):
+            dropped.append((t.name, DROPPED_TENSORS.get(n, "rotary buffer, recomputed by the runtime")))
+        elif n in OPTIONAL_TENSORS:
+            if fmt.name == "lucebox":
+                dropped.append((t.name, "Lucebox borrows the target's embeddings/head and does not map it"))
+            else:
+                optional.append(n)
+        else:
+            unknown.append(t.name)
+    missing = [n for n in expected if n not in fam.by_name]
+    # Tensor order: checkpoint names sorted, as llama.cpp's converter iterates them.
+    written = sorted([*(n for n in expected if n in fam.by_name), *optional])
+    return Routes(expected, fam.by_name, written, optional, dropped, unknown, missing, frozenset(extra), fam)
 
 
 def build_plan(
@@ -140,94 +201,22 @@ def build_plan(
         # llama.cpp's loader requires <arch>.context_length; its converter silently omits it.
         raise ConfigError(f"{cfg.path}: max_position_embeddings is missing; --format {fmt.name} needs it "
                           "(<arch>.context_length is required by the loader). Add the drafter's trained context.")
-    th = target_hidden or cfg.target_hidden_size or cfg.hidden_size
-    expected = expected_shapes(cfg, th)
-    by_name = {t.name.removeprefix("model."): t for t in inventory}
-    extra = {n: t for n, t in extra_sources.items() if n not in by_name} if extra_sources else {}
     if mask_row and fmt.name == "lucebox":
         raise UsageError("mask_embedding.pt: --format lucebox borrows the target's embeddings and cannot carry the "
                          "drafter's mask row; use --format llama.cpp (or dflash-draft)")
-    by_name.update(extra)
+    th = target_hidden or cfg.target_hidden_size or cfg.hidden_size
     where = str(inventory[0].file.parent) if inventory else str(cfg.path.parent)
-    ds = None
-    if cfg.dspark is not None:  # DSpark hook: its heads, d2t, Gemma4's block (convert/dspark.py)
-        from .dspark import plan_dspark
+    routes = route_tensors(cfg, fmt, inventory, target_hidden=th, extra_sources=extra_sources)
+    _validate(cfg, routes, th, where)
 
-        ds = plan_dspark(cfg, expected, by_name, where)
-        expected, by_name = ds.expected, ds.by_name
-
-    missing = [n for n in expected if n not in by_name]
-    if missing:
-        more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
-        raise WeightsError(
-            f"{where}: tensor {missing[0]}{more} is missing; config.json implies "
-            f"{len(expected)} tensors ({_family(cfg)}, {cfg.num_hidden_layers} layers). "
-            "Is the checkpoint complete and does config.json belong to it?"
-        )
-    dropped: list[tuple[str, str]] = []
-    optional: list[str] = []
-    unknown: list[str] = []
-    for n, t in by_name.items():
-        if n in expected:
-            continue
-        kind = None if ds is None else ds.classify(n)  # DSpark hook: d2t, t2d, a full-vocab lm_head, conf bias
-        if kind == "written":
-            continue
-        if kind == "dropped":
-            dropped.append((t.name, ds.claimed[n]))
-        elif kind == "optional":
-            optional.append(n)
-        elif n in DROPPED_TENSORS or n.endswith("rotary_emb.inv_freq"):
-            dropped.append((t.name, DROPPED_TENSORS.get(n, "rotary buffer, recomputed by the runtime")))
-        elif n in OPTIONAL_TENSORS:
-            if fmt.name == "lucebox":
-                dropped.append((t.name, "Lucebox borrows the target's embeddings/head and does not map it"))
-            else:
-                optional.append(n)
-        else:
-            unknown.append(t.name)
-    if unknown:
-        raise WeightsError(
-            f"{where}: unexpected tensor(s) {', '.join(unknown[:5])}{' …' if len(unknown) > 5 else ''} are not part "
-            "of a DFlash drafter; refusing to guess where they go (remove them or file an issue)"
-        )
-
-    for n, shape in expected.items():
-        t = by_name[n]
-        if t.shape != shape:
-            hint = ""
-            if n == FC:
-                hint = f" = [hidden {cfg.hidden_size}, {cfg.n_taps} taps × target hidden {th}]"
-            elif t.shape == tuple(reversed(shape)):
-                hint = " (it looks transposed)"
-            raise WeightsError(f"{where}: {t.name} has shape {list(t.shape)} but config.json implies {list(shape)}{hint}")
-    for n in optional:
-        t = by_name[n]
-        if ds is not None and n in ds.optional:
-            if t.shape != ds.optional[n]:
-                raise WeightsError(f"{where}: {t.name} has shape {list(t.shape)} but config.json implies "
-                                   f"{list(ds.optional[n])}")
-        elif len(t.shape) != 2 or t.shape[1] != cfg.hidden_size:
-            raise WeightsError(f"{where}: {t.name} has shape {list(t.shape)}, expected [vocab, {cfg.hidden_size}]")
-    for n in [*expected, *optional]:
-        t = by_name[n]
-        if t.dtype not in FLOAT_DTYPES:
-            raise WeightsError(f"{where}: {t.name} has dtype {t.dtype}; DFlash weights must be BF16, F16 or F32")
-        if t.numel == 0:
-            raise WeightsError(f"{where}: {t.name} is empty")
-
-    # Tensor order: checkpoint names sorted, as llama.cpp's converter iterates them.
-    chosen = sorted([*expected, *optional])
     quant = outtype in ("q8_0", "q4_k_m")
-    tensor_plans = _choose_types(fmt, [(n, by_name[n]) for n in chosen], "auto" if quant else outtype,
-                                 None if ds is None else ds.gguf_name)
-    tensor_plans = [_mark_transform(cfg, p, n, mask_row, n in extra) for p, n in zip(tensor_plans, chosen)]
-    generated = {}
-    if ds is not None:  # DSpark hook: generated rope_freqs first, d2t last (as mainline writes them)
-        head, tail = ds.extra_tensors()
-        gen_plans = [TensorPlan(None, n, a.shape, dtype, q, a.nbytes, why) for n, a, dtype, q, why in head + tail]
-        tensor_plans = gen_plans[:len(head)] + tensor_plans + gen_plans[len(head):]
-        generated = {n: a for n, a, *_rest in head + tail}
+    tensor_plans = _choose_types(fmt, routes, "auto" if quant else outtype)
+    tensor_plans = [replace(p, transform=transform_of(cfg, n, mask_row), reason=_reason(p, cfg, n, mask_row, routes))
+                    for p, n in zip(tensor_plans, routes.written)]
+    head, tail = routes.family.generated()
+    gen = [TensorPlan(None, n, a.shape, dtype, q, a.nbytes, why) for n, a, dtype, q, why in head + tail]
+    tensor_plans = gen[:len(head)] + tensor_plans + gen[len(head):]
+    generated = {n: a for n, a, *_rest in head + tail}
     if cfg.rope_scaling is not None and cfg.rope_scaling.type == "llama3":
         n = cfg.rope_dim // 2
         tensor_plans.insert(0, TensorPlan(None, ROPE_FREQS, (n,), "F32", Q.F32, 4 * n,
@@ -239,8 +228,7 @@ def build_plan(
         file_type = {"F32": 0, "F16": 1, "BF16": 32}[big.dtype]
     meta = meta_from_config(cfg, n_target_features=cfg.n_taps * th, tokenizer=tokenizer, file_type=file_type,
                             name=name, target_mrope=target_mrope)
-    if ds is not None:  # DSpark hook: sample_from_anchor, has_confidence_head, Gemma4's overrides
-        ds.apply(meta)
+    routes.family.apply(meta)
     arch, kvs = fmt.kvs(meta)
     if quant:
         # "convert --outtype q*" is "convert --outtype auto, then quantize": same layout, same bytes.
@@ -256,10 +244,51 @@ def build_plan(
         warnings.append("the reference makes sliding layers causal and full layers non-causal; "
                         "runtimes apply one causal flag to all drafter layers")
     return ConversionPlan(
-        format=fmt.name, arch=arch, outtype=outtype, kvs=kvs, tensors=tensor_plans, dropped=dropped,
+        format=fmt.name, arch=arch, outtype=outtype, kvs=kvs, tensors=tensor_plans, dropped=routes.dropped,
         sources=dict(cfg.sources), warnings=warnings, taps_zlab=tuple(cfg.target_layer_ids),
         taps_stored=tuple(fmt.stored_taps(meta)), generated=generated,
     )
+
+
+def _validate(cfg: DrafterConfig, routes: Routes, th: int, where: str) -> None:
+    """convert's refusals: anything missing, unknown, mis-shaped, empty or not a float."""
+    expected, by_name = routes.expected, routes.by_name
+    if routes.missing:
+        more = f" (and {len(routes.missing) - 1} more)" if len(routes.missing) > 1 else ""
+        raise WeightsError(
+            f"{where}: tensor {routes.missing[0]}{more} is missing; config.json implies "
+            f"{len(expected)} tensors ({_family(cfg)}, {cfg.num_hidden_layers} layers). "
+            "Is the checkpoint complete and does config.json belong to it?"
+        )
+    if routes.unknown:
+        unknown = routes.unknown
+        raise WeightsError(
+            f"{where}: unexpected tensor(s) {', '.join(unknown[:5])}{' …' if len(unknown) > 5 else ''} are not part "
+            "of a DFlash drafter; refusing to guess where they go (remove them or file an issue)"
+        )
+    for n, shape in expected.items():
+        t = by_name[n]
+        if t.shape != shape:
+            hint = ""
+            if n == FC:
+                hint = f" = [hidden {cfg.hidden_size}, {cfg.n_taps} taps × target hidden {th}]"
+            elif t.shape == tuple(reversed(shape)):
+                hint = " (it looks transposed)"
+            raise WeightsError(f"{where}: {t.name} has shape {list(t.shape)} but config.json implies {list(shape)}{hint}")
+    for n in routes.optional:
+        t = by_name[n]
+        if n in routes.family.optional:
+            if t.shape != routes.family.optional[n]:
+                raise WeightsError(f"{where}: {t.name} has shape {list(t.shape)} but config.json implies "
+                                   f"{list(routes.family.optional[n])}")
+        elif len(t.shape) != 2 or t.shape[1] != cfg.hidden_size:
+            raise WeightsError(f"{where}: {t.name} has shape {list(t.shape)}, expected [vocab, {cfg.hidden_size}]")
+    for n in routes.written:
+        t = by_name[n]
+        if t.dtype not in FLOAT_DTYPES:
+            raise WeightsError(f"{where}: {t.name} has dtype {t.dtype}; DFlash weights must be BF16, F16 or F32")
+        if t.numel == 0:
+            raise WeightsError(f"{where}: {t.name} is empty")
 
 
 def _family(cfg: DrafterConfig) -> str:
@@ -278,12 +307,11 @@ def keep_f32(gguf_name: str, shape: Sequence[int]) -> str | None:
     return None
 
 
-def _choose_types(fmt: Format, items: list[tuple[str, SourceTensor]], outtype: str,
-                  rename: "Callable[[Format, str], str | None] | None" = None) -> list[TensorPlan]:
+def _choose_types(fmt: Format, routes: Routes, outtype: str) -> list[TensorPlan]:
     plans: list[TensorPlan] = []
-    for n, t in items:
-        dst = fmt.gguf_name(n) if rename is None else rename(fmt, n)
-        assert dst is not None, n
+    for n in routes.written:
+        t = routes.by_name[n]
+        dst = routes.gguf_name(fmt, n)
         f32_reason = keep_f32(dst, t.shape)
         if f32_reason:
             qtype, reason = Q.F32, f32_reason
@@ -297,17 +325,26 @@ def _choose_types(fmt: Format, items: list[tuple[str, SourceTensor]], outtype: s
 
 NEOX_PERMUTED = ("self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.q_norm.weight",
                  "self_attn.k_norm.weight")  # mainline's list (biases are not permuted there either)
+MASK_ROW_SOURCE = "embed_tokens.weight"  # the table whose mask row mask_embedding.pt replaces
+# what convert does to a tensor's data on the way (TensorPlan.transform)
+NEOX_PERMUTE, MASK_ROW = "neox-permute", "mask-row"
 
 
-def _mark_transform(cfg: DrafterConfig, p: TensorPlan, name: str, mask_row: bool, from_target: bool) -> TensorPlan:
-    transform, reason = None, p.reason
+def transform_of(cfg: DrafterConfig, name: str, mask_row: bool) -> str | None:
+    """What convert does to checkpoint tensor ``name``'s data (None: copied as is)."""
     if not cfg.rope_is_neox_style and name.endswith(NEOX_PERMUTED):
-        transform, reason = "neox-permute", reason + "; rows permuted interleaved → NeoX per head"
-    elif mask_row and name == OPTIONAL_TENSORS_EMBED:
-        transform, reason = "mask-row", reason + "; mask row from mask_embedding.pt"
-    if from_target:
+        return NEOX_PERMUTE
+    if mask_row and name == MASK_ROW_SOURCE:
+        return MASK_ROW
+    return None
+
+
+def _reason(p: TensorPlan, cfg: DrafterConfig, name: str, mask_row: bool, routes: Routes) -> str:
+    reason = p.reason + {NEOX_PERMUTE: "; rows permuted interleaved → NeoX per head",
+                         MASK_ROW: "; mask row from mask_embedding.pt", None: ""}[transform_of(cfg, name, mask_row)]
+    if name in routes.from_target:
         reason += f"; from the target ({p.src})"
-    return replace(p, transform=transform, reason=reason)
+    return reason
 
 
 def llama3_rope_factors(cfg: DrafterConfig):

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, Sequence
 
 
-from ..errors import OutputError
+from ..errors import InputError
 from .header_errors import LimitError, NotGGUFError, TensorOverlapError, TruncatedError, UnsupportedVersionError
 from .types import KV, TensorInfo
 from .header_records import _TRUNC_HINT, _U32, _U64, MAGIC, MAX_KV, MAX_TENSORS, SUPPORTED_VERSIONS, _Cursor, _Parser, show
@@ -80,7 +80,7 @@ def read_header(path: str | os.PathLike[str]) -> GGUFHeader:
     """Read and validate a GGUF header without touching tensor data.
 
     Raises:
-        OutputError: the path does not exist, is not a regular file, or cannot be read.
+        InputError: the path does not exist, is not a regular file, or cannot be read.
         GGUFFormatError: (a subclass of ``GGUFHeaderError``) the file is truncated or
             corrupt; the message names the byte offset and the key or tensor.
     """
@@ -88,19 +88,19 @@ def read_header(path: str | os.PathLike[str]) -> GGUFHeader:
     try:
         st = os.stat(p)
     except FileNotFoundError:
-        raise OutputError(f"{p}: no such file") from None
+        raise InputError(f"{p}: no such file") from None
     except OSError as exc:
-        raise OutputError(f"{p}: cannot read it ({exc.strerror})") from None
+        raise InputError(f"{p}: cannot read it ({exc.strerror})") from None
     if not stat.S_ISREG(st.st_mode):
         # open() on a FIFO would block; a directory is a common slip with sharded models.
         kind = "a directory" if stat.S_ISDIR(st.st_mode) else "not a regular file"
-        raise OutputError(f"{p}: is {kind}; pass the .gguf file itself")
+        raise InputError(f"{p}: is {kind}; pass the .gguf file itself")
     try:
         with open(p, "rb") as f:
             size = os.fstat(f.fileno()).st_size
             return read_header_from(f, size, p, _map(f.fileno(), size))
     except OSError as exc:
-        raise OutputError(f"{p}: cannot read it ({exc.strerror})") from None
+        raise InputError(f"{p}: cannot read it ({exc.strerror})") from None
 
 
 def _map(fd: int, size: int) -> mmap.mmap | None:

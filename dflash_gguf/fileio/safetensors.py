@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..errors import OutputError, WeightsError
+from ..errors import InputError, WeightsError
 from .bf16 import bf16_bytes_to_f32_bytes, bf16_to_f32
 
 if TYPE_CHECKING:  # numpy is imported by the readers of tensor data: an inventory needs none
@@ -49,7 +49,7 @@ def read_inventory(drafter_dir: str | Path) -> list[SourceTensor]:
     """All tensors of ``model.safetensors`` or a sharded ``model.safetensors.index.json``.
 
     Raises:
-        OutputError: no weights found, or a weights file cannot be read.
+        InputError: no weights found, or a weights file cannot be read.
         WeightsError: a header is corrupt/truncated, the index is malformed or names a
             missing shard or tensor, or a tensor appears twice.
     """
@@ -76,7 +76,7 @@ def read_inventory(drafter_dir: str | Path) -> list[SourceTensor]:
         if len(others) == 1:
             tensors = read_header(d / others[0])
         else:
-            raise OutputError(f"{d}: no model.safetensors or model.safetensors.index.json found")
+            raise InputError(f"{d}: no model.safetensors or model.safetensors.index.json found")
     seen: set[str] = set()
     for t in tensors:
         if t.name in seen:
@@ -113,7 +113,7 @@ def read_header(path: Path) -> list[SourceTensor]:
     """Validated tensor entries of one safetensors file (no tensor data is read).
 
     Raises:
-        OutputError: the file cannot be read.
+        InputError: the file cannot be read.
         WeightsError: the header is corrupt or the file is truncated or has trailing bytes.
     """
     where = f"{path}"
@@ -132,7 +132,7 @@ def read_header(path: Path) -> list[SourceTensor]:
                 )
             blob = f.read(n)
     except OSError as exc:
-        raise OutputError(f"{where}: cannot read ({exc.strerror or exc}); check the path and permissions") from None
+        raise InputError(f"{where}: cannot read ({exc.strerror or exc}); check the path and permissions") from None
     try:
         header = json.loads(blob.decode("utf-8"))
     except (ValueError, RecursionError) as exc:  # ValueError: bad JSON/UTF-8, ints over 4300 digits

@@ -12,17 +12,20 @@ from ..errors import GGUFFormatError, UsageError
 from ..fileio.types import KV
 from ..fileio.gguf_header import show
 from ..fileio.gguf_constants import GGUFValueType as T
-from ..fileio.gguf_reader import bad_kv, get_int
+from ..fileio.gguf_kv import bad_kv, get_int
 from .meta import MASK_ID, ROPE_SECTIONS, DrafterMeta, Format, without_mask
 from .dflash_draft import DFLASH_DRAFT
-from .dspark import is_dspark
+from .dspark import DSPARK, is_dspark
+from .family import DFLASH, FileFamily
+from .hparams import encode_hparams
 from .llama_cpp import MAINLINE, PR22105_FORMAT
 from .lucebox import LUCEBOX
 
 FORMATS: dict[str, Format] = {f.name: f for f in (MAINLINE, PR22105_FORMAT, DFLASH_DRAFT, LUCEBOX)}
 DRAFTER_ARCHS = ("dflash", "dflash-draft", "qwen35-dflash-draft", "gemma4-dflash-draft")
 
-__all__ = ["FORMATS", "DrafterMeta", "Format", "get_format", "detect_format", "meta_from_config", "meta_from_gguf"]
+__all__ = ["FORMATS", "DrafterMeta", "FileFamily", "Format", "get_format", "detect_format", "file_family",
+           "meta_from_config", "meta_from_gguf"]
 
 
 def get_format(name: str) -> Format:
@@ -49,6 +52,11 @@ def detect_format(arch: str, keys: Mapping[str, object] | Sequence[str], tensor_
     return None
 
 
+def file_family(keys: Mapping[str, object] | Sequence[str], tensor_names: Sequence[str], arch: str) -> FileFamily:
+    """The drafter family a file belongs to (``formats.family``): the one place it is chosen."""
+    return DSPARK if is_dspark(keys, tensor_names, arch) else DFLASH
+
+
 # --- config.json -> DrafterMeta (the converter's choices mirror llama.cpp's DFlashModel) ---
 def meta_from_config(
     cfg: DrafterConfig,
@@ -60,68 +68,11 @@ def meta_from_config(
     flavor: str | None = None,
     target_mrope: bool = False,
 ) -> DrafterMeta:
-    """``target_mrope``: the target ropes with M-RoPE sections (see ``TargetInfo.uses_mrope``)."""
-    raw = cfg.raw
-    hp: list[tuple[str, object, T, T | None]] = []
-
-    def add(suffix: str, value: object, typ: T, sub: T | None = None) -> None:
-        hp.append((suffix, value, typ, sub))
-
-    add("block_count", cfg.num_hidden_layers, T.UINT32)
-    if cfg.max_position_embeddings is not None:
-        add("context_length", cfg.max_position_embeddings, T.UINT32)
-    add("embedding_length", cfg.hidden_size, T.UINT32)
-    add("feed_forward_length", cfg.intermediate_size, T.UINT32)
-    add("attention.head_count", cfg.num_attention_heads, T.UINT32)
-    add("attention.head_count_kv", cfg.num_key_value_heads, T.UINT32)
-    if cfg.is_causal is not None:
-        add("attention.causal", bool(cfg.is_causal), T.BOOL)
-    rs = cfg.rope_scaling
-    if rs is not None:
-        from gguf import RopeScalingType  # here: convert imports gguf-py anyway; inspect and checks do not
-
-        if rs.type == "linear":
-            add("rope.scaling.type", RopeScalingType.LINEAR.value, T.STRING)
-            add("rope.scaling.factor", rs.factor, T.FLOAT32)
-        elif rs.type == "yarn":
-            add("rope.scaling.type", RopeScalingType.YARN.value, T.STRING)
-            add("rope.scaling.factor", rs.factor, T.FLOAT32)
-            add("rope.scaling.original_context_length", rs.original_context_length, T.UINT32)
-            for src_key, suffix in (("extrapolation_factor", "yarn_ext_factor"), ("attention_factor", "yarn_attn_factor"),
-                                    ("attn_factor", "yarn_attn_factor"), ("beta_fast", "yarn_beta_fast"),
-                                    ("beta_slow", "yarn_beta_slow")):
-                if src_key in rs.params and not any(s == f"rope.scaling.{suffix}" for s, *_ in hp):
-                    add(f"rope.scaling.{suffix}", rs.params[src_key], T.FLOAT32)
-        elif rs.type in ("longrope", "su"):
-            add("rope.scaling.type", RopeScalingType.LONGROPE.value, T.STRING)
-        # llama3: the runtime reads a rope_freqs tensor instead (added by the plan).
-    if cfg.rope_theta_in_config:
-        add("rope.freq_base", cfg.rope_theta, T.FLOAT32)
-    add("attention.layer_norm_rms_epsilon", cfg.rms_norm_eps, T.FLOAT32)
-    if raw.get("head_dim") is not None:
-        add("attention.key_length", cfg.head_dim, T.UINT32)
-        add("attention.value_length", cfg.head_dim, T.UINT32)
-    if cfg.partial_rotary_factor is not None:
-        add("rope.dimension_count", cfg.rope_dim, T.UINT32)
-    dflash = raw.get("dflash_config") or {}
-    if dflash.get("attention_value_scale") is not None:
-        add("attention.value_scale", float(dflash["attention_value_scale"]), T.FLOAT32)
-    if cfg.output_multiplier is not None:
-        add("logit_scale", cfg.output_multiplier, T.FLOAT32)
-    if cfg.final_logit_softcapping is not None:
-        add("final_logit_softcapping", cfg.final_logit_softcapping, T.FLOAT32)
-    if cfg.input_embedding_scale is not None:
-        add("embedding_scale", cfg.input_embedding_scale, T.FLOAT32)
-    if cfg.sliding_window:
-        add("attention.sliding_window", cfg.sliding_window, T.UINT32)
-        if dflash.get("use_swa"):
-            pattern = [True] * cfg.num_hidden_layers
-        else:
-            pattern = [t == "sliding_attention" for t in (cfg.layer_types or ())]
-        if pattern:  # llama.cpp's writer drops an empty array; so do we
-            add("attention.sliding_window_pattern", pattern, T.ARRAY, T.BOOL)
+    """``target_mrope``: the target ropes with M-RoPE sections (see ``TargetInfo.uses_mrope``).
+    The hyperparameter keys come from the one table in ``formats.hparams``."""
+    hp = encode_hparams(cfg)
     if target_mrope:  # the drafter ropes on the temporal section only: degenerate sections
-        add(ROPE_SECTIONS, [cfg.head_dim // 2, 0, 0, 0], T.ARRAY, T.INT32)
+        hp.append((ROPE_SECTIONS, [cfg.head_dim // 2, 0, 0, 0], T.ARRAY, T.INT32))
 
     general = [KV("general.type", "model", T.STRING)]
     if name:
@@ -176,7 +127,7 @@ def meta_from_gguf(
         raise GGUFFormatError(f"{path}: drafter tensor {fmt.fc_name} has shape {list(reversed(fc))} (ggml ne), but "
                               f"it must be 2-D [n_taps × target hidden, hidden] (corrupt tensor info; re-convert)")
     meta = DrafterMeta(taps=(), block_size=None, mask_token_id=None, n_target_features=int(fc[-1]),
-                       dspark=is_dspark(kvs.keys(), tensors, arch or ""))  # DSpark hook (formats/dspark.py)
+                       dspark=is_dspark(kvs.keys(), tensors, arch or ""))
     consumed: set[str] = {"general.architecture"}
     fmt.parse_dflash(arch, kvs, meta, consumed, path=where)
     meta.file_type = get_int(kvs, "general.file_type", consumed, required=False, path=where)

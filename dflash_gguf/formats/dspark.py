@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from typing import Iterable
 
+from .family import FileFamily
 from .names import D2T, DSPARK_GLOBAL, GEMMA4_DSPARK_GLOBAL, GEMMA4_DSPARK_LAYER, LAYER_RE
 
 # "<arch>." + suffix; both BOOL, written by DSparkModel.set_gguf_parameters
@@ -82,13 +83,21 @@ def dspark_summary(kvs, tensors: dict[str, tuple[int, ...]], arch: str) -> dict 
     }
 
 
-def claims_tensor(fmt, gguf_name: str) -> bool:
-    """Whether ``fmt`` (a ``Format``) accepts ``gguf_name`` as a DSpark tensor: the names the
-    shared tables do not know but a mainline DSpark drafter legitimately has."""
-    return fmt.supports_dspark and (gguf_name in DSPARK_GGUF_TENSORS or is_gemma4_tensor(gguf_name))
+class DSparkFile(FileFamily):
+    """DSpark drafter files: the Markov / confidence heads, ``d2t`` and Gemma4's layer names are
+    claimed (in formats that load DSpark), ``attn_v`` is optional in a k=v Gemma4 file."""
+
+    name = "dspark"
+
+    def claims_tensor(self, fmt, gguf_name: str) -> bool:
+        return fmt.supports_dspark and (gguf_name in DSPARK_GGUF_TENSORS or is_gemma4_tensor(gguf_name))
+
+    def optional_tensor(self, fmt, gguf_name: str, tensor_names: Iterable[str]) -> bool:
+        return (fmt.supports_dspark and gguf_name.endswith(".attn_v.weight")
+                and any(is_gemma4_tensor(t) for t in tensor_names))
+
+    def summary(self, kvs, tensors: dict[str, tuple[int, ...]], arch: str) -> dict | None:
+        return dspark_summary(kvs, tensors, arch)
 
 
-def optional_tensor(fmt, gguf_name: str, tensor_names: Iterable[str]) -> bool:
-    """attn_v is optional in a k=v (Gemma4 DSpark) file of ``fmt``: the runtime reads V from attn_k."""
-    return (fmt.supports_dspark and gguf_name.endswith(".attn_v.weight")
-            and any(is_gemma4_tensor(t) for t in tensor_names))
+DSPARK = DSparkFile()

@@ -15,7 +15,7 @@ from typing import Any
 
 from ..errors import UsageError
 from ..fileio.gguf_constants import GGUFValueType
-from ..fileio.gguf_reader import I32_MAX, get_int, get_ints
+from ..fileio.gguf_kv import I32_MAX, get_int, get_ints
 from ..fileio.types import KV
 from .names import (BLK_RE, DFLASH2_LAYER, FC, GLOBAL_TENSORS, HIDDEN_NORM, LAYER_RE, LAYER_TENSORS, OPTIONAL_TENSORS,
                     PRE_FFN_NORM)

@@ -8,44 +8,61 @@ reference and parity's target quantization — reads these tables, nothing else.
 from __future__ import annotations
 
 import re
+from typing import NamedTuple
+
+# Each checkpoint tensor: its GGUF name, the shape config.json implies for it (numpy order, in the
+# sizes below) and when a drafter has it. Sizes: H hidden, I intermediate, D head_dim, N heads,
+# Q = N·D, KV = kv heads·D, K conv kernel, P conv projection rows (2·K·H / group), R selector
+# rank, V vocab, F fc input (taps × target hidden). When: "" every drafter, "bias" attention_bias,
+# "sinks" attention_sink_bias (MiMo), "dflash2" DFlash2 only, None never implied by the config
+# alone (mapped when a family or an export adds it).
+class Tensor(NamedTuple):
+    gguf: str | None  # None: the drafter format names it (fc, hidden norm, pre-FFN norm: ``Format``)
+    shape: tuple[str, ...] = ()
+    when: str | None = ""
+
 
 # Per-layer tensors: checkpoint suffix (after "layers.N.") -> GGUF suffix (after "blk.N.").
-# The pre-FFN norm is format-specific and filled in by each format (PRE_FFN_NORM).
 PRE_FFN_NORM = "post_attention_layernorm.weight"
-LAYER_TENSORS: dict[str, str] = {
-    "input_layernorm.weight": "attn_norm.weight",
-    "self_attn.q_proj.weight": "attn_q.weight",
-    "self_attn.k_proj.weight": "attn_k.weight",
-    "self_attn.v_proj.weight": "attn_v.weight",
-    "self_attn.o_proj.weight": "attn_output.weight",
-    "self_attn.q_proj.bias": "attn_q.bias",
-    "self_attn.k_proj.bias": "attn_k.bias",
-    "self_attn.v_proj.bias": "attn_v.bias",
-    "self_attn.o_proj.bias": "attn_output.bias",
-    "self_attn.q_norm.weight": "attn_q_norm.weight",
-    "self_attn.k_norm.weight": "attn_k_norm.weight",
-    "mlp.gate_proj.weight": "ffn_gate.weight",
-    "mlp.up_proj.weight": "ffn_up.weight",
-    "mlp.down_proj.weight": "ffn_down.weight",
-    # DFlash2 grouped dynamic causal conv (mainline names; base kernels carry no ".weight" on disk)
-    "attention_conv.base_kernel": "attn_conv_base",  # no suffix: the runtime loads it by this name (F32)
-    "attention_conv.kernel_projection.weight": "attn_conv_proj.weight",
-    "mlp_conv.base_kernel": "ffn_conv_base",
-    "mlp_conv.kernel_projection.weight": "ffn_conv_proj.weight",
+LAYER: dict[str, Tensor] = {
+    "input_layernorm.weight": Tensor("attn_norm.weight", ("H",)),
+    PRE_FFN_NORM: Tensor(None, ("H",)),
+    "self_attn.q_proj.weight": Tensor("attn_q.weight", ("Q", "H")),
+    "self_attn.k_proj.weight": Tensor("attn_k.weight", ("KV", "H")),
+    "self_attn.v_proj.weight": Tensor("attn_v.weight", ("KV", "H")),
+    "self_attn.o_proj.weight": Tensor("attn_output.weight", ("H", "Q")),
+    "self_attn.q_proj.bias": Tensor("attn_q.bias", ("Q",), "bias"),
+    "self_attn.k_proj.bias": Tensor("attn_k.bias", ("KV",), "bias"),
+    "self_attn.v_proj.bias": Tensor("attn_v.bias", ("KV",), "bias"),
+    "self_attn.o_proj.bias": Tensor("attn_output.bias", (), None),
+    "self_attn.q_norm.weight": Tensor("attn_q_norm.weight", ("D",)),
+    "self_attn.k_norm.weight": Tensor("attn_k_norm.weight", ("D",)),
+    "mlp.gate_proj.weight": Tensor("ffn_gate.weight", ("I", "H")),
+    "mlp.up_proj.weight": Tensor("ffn_up.weight", ("I", "H")),
+    "mlp.down_proj.weight": Tensor("ffn_down.weight", ("H", "I")),
+    # DFlash2 grouped dynamic causal conv (mainline names; base kernels carry no ".weight" on disk,
+    # and the runtime loads them by these suffix-less names, F32)
+    "attention_conv.base_kernel": Tensor("attn_conv_base", ("2", "K", "H"), "dflash2"),
+    "attention_conv.kernel_projection.weight": Tensor("attn_conv_proj.weight", ("P", "H"), "dflash2"),
+    "mlp_conv.base_kernel": Tensor("ffn_conv_base", ("2", "K", "H"), "dflash2"),
+    "mlp_conv.kernel_projection.weight": Tensor("ffn_conv_proj.weight", ("P", "H"), "dflash2"),
     # MiMo: a learned per-head sink logit; on disk without ".weight" (mainline appends it)
-    "self_attn.attention_sink_bias": "attn_sinks.weight",
+    "self_attn.attention_sink_bias": Tensor("attn_sinks.weight", ("N",), "sinks"),
 }
-DFLASH2_LAYER = ("attention_conv.base_kernel", "attention_conv.kernel_projection.weight",
-                 "mlp_conv.base_kernel", "mlp_conv.kernel_projection.weight")
-# Global tensors shared by all formats (fc and hidden_norm are per format).
+LAYER_TENSORS: dict[str, str] = {k: t.gguf for k, t in LAYER.items() if t.gguf is not None}
+DFLASH2_LAYER = tuple(k for k, t in LAYER.items() if t.when == "dflash2")
+# Global tensors (fc and hidden_norm are named by each format).
 FC, HIDDEN_NORM = "fc.weight", "hidden_norm.weight"
-GLOBAL_TENSORS: dict[str, str] = {
-    "norm.weight": "output_norm.weight",
+GLOBAL: dict[str, Tensor] = {
+    FC: Tensor(None, ("H", "F")),
+    HIDDEN_NORM: Tensor(None, ("H",)),
+    "norm.weight": Tensor("output_norm.weight", ("H",)),
     # DFlash2 candidate selector; codebooks have no ".weight" on disk (the torch loader remaps them)
-    "candidate_selector.predecessor_codebook": "selector_predecessor.weight",
-    "candidate_selector.successor_codebook": "selector_successor.weight",
-    "candidate_selector.hidden_projection.weight": "selector_hidden.weight",
+    "candidate_selector.hidden_projection.weight": Tensor("selector_hidden.weight", ("R", "H"), "dflash2"),
+    "candidate_selector.predecessor_codebook": Tensor("selector_predecessor.weight", ("V", "R"), "dflash2"),
+    "candidate_selector.successor_codebook": Tensor("selector_successor.weight", ("V", "R"), "dflash2"),
 }
+GLOBAL_TENSORS: dict[str, str] = {k: t.gguf for k, t in GLOBAL.items() if t.gguf is not None}
 # DSpark heads (mainline names): markov_w1 is target-vocab indexed, markov_w2 emits the draft vocab
 DSPARK_GLOBAL: dict[str, str] = {
     "markov_head.markov_w1.weight": "markov_w1.weight",
@@ -68,7 +85,10 @@ GEMMA4_DSPARK_LAYER: dict[str, str] = {
 GEMMA4_DSPARK_GLOBAL: dict[str, str] = {"confidence_proj.weight": "conf_proj.weight",
                                         "confidence_proj.bias": "conf_proj.bias"}
 # Optional tensors some exports ship; the runtimes borrow the target's when absent.
-OPTIONAL_TENSORS: dict[str, str] = {"embed_tokens.weight": "token_embd.weight", "lm_head.weight": "output.weight"}
+TOKEN_EMBD, OUTPUT = "token_embd.weight", "output.weight"
+OPTIONAL_TENSORS: dict[str, str] = {"embed_tokens.weight": TOKEN_EMBD, "lm_head.weight": OUTPUT}
+# Generated by the converter, from no checkpoint tensor: llama3 rope factors, Gemma4 proportional rope
+ROPE_FREQS = "rope_freqs.weight"
 # Known extras with an explicit rule: dropped, and reported as such.
 # (DSpark drafters keep d2t and drop t2d: convert/dspark.py claims both before this table is read.)
 DROPPED_TENSORS: dict[str, str] = {
@@ -82,8 +102,8 @@ DROPPED_TENSORS: dict[str, str] = {
 TARGET_LAYER_TENSORS: dict[str, str] = {
     **{k: v for k, v in LAYER_TENSORS.items() if k not in DFLASH2_LAYER}, PRE_FFN_NORM: "ffn_norm.weight"}
 TARGET_GLOBAL_TENSORS: dict[str, str] = {
-    "model.embed_tokens.weight": "token_embd.weight", "model.norm.weight": "output_norm.weight",
-    "lm_head.weight": "output.weight"}
+    "model.embed_tokens.weight": TOKEN_EMBD, "model.norm.weight": GLOBAL_TENSORS["norm.weight"],
+    "lm_head.weight": OUTPUT}
 LAYER_RE = re.compile(r"^layers\.(\d+)\.(.+)$")
 BLK_RE = re.compile(r"^blk\.(\d+)\.(.+)$")
 

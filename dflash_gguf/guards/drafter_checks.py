@@ -13,15 +13,14 @@ from ..errors import GGUFFormatError
 from ..fileio.gguf_constants import GGUFValueType as T
 from ..fileio.gguf_header import GGUFHeader, show
 from ..fileio.string_array import StringArray
-from ..formats import FORMATS, DrafterMeta, Format, detect_format, meta_from_gguf
-from ..formats.dspark import claims_tensor, optional_tensor
-from ..formats.names import DROPPED_TENSORS
+from ..formats import FORMATS, DrafterMeta, FileFamily, Format, detect_format, file_family, meta_from_gguf
+from ..formats.names import DROPPED_TENSORS, ROPE_FREQS
 from ..fileio.types import type_name
 from .findings import Finding, Severity, as_int, finding
 
 # Tensors outside every format's name table that a drafter may carry: the llama3 RoPE table
 # the converter generates, and the reduced-vocab maps formats/ knows as extras.
-_EXTRA_TENSORS = frozenset({"rope_freqs.weight", *DROPPED_TENSORS})
+_EXTRA_TENSORS = frozenset({ROPE_FREQS, *DROPPED_TENSORS})
 # A hostile block_count must not build a huge inventory.
 _MAX_LAYERS = 256
 
@@ -34,20 +33,23 @@ class DrafterView:
     fmt: Format | None  # None: not a drafter file
     meta: DrafterMeta | None = None  # None: its DFlash keys do not parse (``problem`` says why)
     problem: str | None = None
+    family: FileFamily | None = None  # what the family adds to the shared rules (``formats.file_family``)
 
 
 def drafter_view(h: GGUFHeader) -> DrafterView:
     """The drafter format of ``h`` and its parsed keys (or the reason they do not parse)."""
-    fmt = detect_format(h.arch or "", h.kv, [t.name for t in h.tensors])
+    names = [t.name for t in h.tensors]
+    fmt = detect_format(h.arch or "", h.kv, names)
     if fmt is None:
         return DrafterView(None)
+    family = file_family(h.kv, names, h.arch or "")
     try:
         _, meta = meta_from_gguf(h.kv, {t.name: t.shape for t in h.tensors}, h.path)
     except GGUFFormatError as exc:
-        return DrafterView(fmt, None, str(exc).removeprefix(f"{h.path}: "))
+        return DrafterView(fmt, None, str(exc).removeprefix(f"{h.path}: "), family)
     except (TypeError, ValueError, OverflowError) as exc:  # a key of the wrong type in a hostile file
-        return DrafterView(fmt, None, f"DFlash keys of unexpected types ({type(exc).__name__}: {exc})")
-    return DrafterView(fmt, meta)
+        return DrafterView(fmt, None, f"DFlash keys of unexpected types ({type(exc).__name__}: {exc})", family)
+    return DrafterView(fmt, meta, None, family)
 
 
 def _d(h: GGUFHeader, sev: Severity, code: str, msg: str, where: str = "") -> Finding:
@@ -76,23 +78,23 @@ def check_drafter(h: GGUFHeader, view: DrafterView | None = None) -> Iterator[Fi
                  f"(re-convert with --target-gguf or --target-dir)", "key tokenizer.ggml.tokens")
     if problem:
         yield _d(h, Severity.ERROR, "drafter-format", f"not a loadable {fmt.name} drafter: {problem}")
-    yield from _drafter_tensors(h, fmt)
+    yield from _drafter_tensors(h, fmt, view.family)
     if meta is not None:
         yield from _drafter_shapes(h, fmt, meta, a)
     yield from _drafter_swa(h, a)
 
 
-def _drafter_tensors(h: GGUFHeader, fmt) -> Iterator[Finding]:
+def _drafter_tensors(h: GGUFHeader, fmt: Format, family: FileFamily) -> Iterator[Finding]:
     n = as_int(h.get(f"{h.arch}.block_count"))
     names = set(h.tensors_by_name)
     missing = [e for e in fmt.required_tensors(min(n or 0, _MAX_LAYERS))
-               if e not in names and not optional_tensor(fmt, e, names)]  # DSpark k=v: no attn_v
+               if e not in names and not family.optional_tensor(fmt, e, names)]
     if missing:
         shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
         yield _d(h, Severity.ERROR, "drafter-tensor-missing",
                  f"{len(missing)} tensor(s) the {fmt.name} loader needs are missing: {shown}", f"tensor {missing[0]}")
     for name in sorted(names):
-        if name in _EXTRA_TENSORS or fmt.source_name(name) is not None or claims_tensor(fmt, name):
+        if name in _EXTRA_TENSORS or fmt.source_name(name) is not None or family.claims_tensor(fmt, name):
             continue
         other = next((f.name for f in FORMATS.values() if f is not fmt and f.source_name(name)), None)
         hint = f" ({other} format's name: converted for another runtime?)" if other else ""

@@ -20,7 +20,7 @@ from ..fileio.string_array import StringArray
 from ..fileio.types import TensorInfo, type_name
 from ..formats.dspark import (CONF_PROJ, CONF_PROJ_BIAS, DSPARK_HPARAMS, MARKOV_W1, MARKOV_W2, MARKOV_W2_SCALE,
                               SAMPLE_FROM_ANCHOR, is_dspark)
-from ..formats.names import D2T
+from ..formats.names import D2T, OUTPUT, ROPE_FREQS
 from .drafter_checks import DrafterView, drafter_view
 from .findings import Finding, Severity, as_int, finding
 
@@ -148,15 +148,15 @@ def _markov(h: GGUFHeader, n_vocab: int | None, n_draft: int | None, n_embd: int
 
 
 def _output(h: GGUFHeader, d2t: TensorInfo | None, n_draft: int | None, n_embd: int | None) -> Iterator[Finding]:
-    out = _ne(h, "output.weight")
+    out = _ne(h, OUTPUT)
     if d2t is not None and out is None:
         yield _d(h, Severity.ERROR, "dspark-output",
-                 f"a reduced vocabulary ({D2T}) without output.weight: the target's head covers the full vocabulary, "
-                 "not the draft ids d2t maps; re-convert with the drafter's lm_head", "tensor output.weight")
+                 f"a reduced vocabulary ({D2T}) without {OUTPUT}: the target's head covers the full vocabulary, "
+                 "not the draft ids d2t maps; re-convert with the drafter's lm_head", f"tensor {OUTPUT}")
     elif out is not None and n_draft is not None and n_embd is not None and not _same(out, [n_embd, n_draft]):
         yield _d(h, Severity.ERROR, "dspark-output",
-                 f"output.weight has ne {out}; the runtime needs {{n_embd, n_vocab_draft}} = {{{n_embd}, {n_draft}}}",
-                 "tensor output.weight")
+                 f"{OUTPUT} has ne {out}; the runtime needs {{n_embd, n_vocab_draft}} = {{{n_embd}, {n_draft}}}",
+                 f"tensor {OUTPUT}")
 
 
 def _sinks(h: GGUFHeader) -> Iterator[Finding]:
@@ -175,12 +175,12 @@ def _gemma4(h: GGUFHeader) -> Iterator[Finding]:
         yield _d(h, Severity.ERROR, "dspark-activation",
                  f"{show(key)} = {show(str(act))}: the runtime throws 'unsupported DFlash hidden activation' "
                  f"(it knows {', '.join(_ACTS)})", f"key {show(key)}")
-    freqs = _ne(h, "rope_freqs.weight")
+    freqs = _ne(h, ROPE_FREQS)
     hd = as_int(h.get(f"{h.arch}.attention.key_length"))
     if freqs is not None and hd is not None and not _same(freqs, [hd // 2]):
         yield _d(h, Severity.ERROR, "dspark-rope-freqs",
-                 f"rope_freqs.weight has ne {freqs}; the runtime needs {{key_length / 2}} = {{{hd // 2}}}",
-                 "tensor rope_freqs.weight")
+                 f"{ROPE_FREQS} has ne {freqs}; the runtime needs {{key_length / 2}} = {{{hd // 2}}}",
+                 f"tensor {ROPE_FREQS}")
 
 
 def check_d2t_data(h: GGUFHeader, f: BinaryIO, t: TensorInfo) -> list[Finding]:

@@ -35,7 +35,7 @@ def run_checks(path: str | Path, *, target: str | Path | None = None, deep: bool
     """All checks on ``path`` (and its shards); pairing checks against ``target`` if given.
 
     Raises:
-        OutputError: ``path`` does not exist.  TargetError: ``target`` does not exist.
+        InputError: ``path`` does not exist.  TargetError: ``target`` does not exist.
         GGUFFormatError: a header (of the file, a shard, or the target) is corrupt or truncated.
     """
     shards = check_shards(path)

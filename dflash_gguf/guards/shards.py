@@ -8,7 +8,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import GGUFFormatError, OutputError
+from ..errors import GGUFFormatError, InputError
 from ..fileio.gguf_constants import GGUFValueType as T
 from ..fileio.gguf_header import GGUFHeader, read_header, show
 from ..fileio.types import type_name
@@ -60,7 +60,7 @@ def check_shards(path: str | Path) -> ShardSet:
         raise ShardSetError(f"{path}: shard name says {int(m['no'])} of {count}; rename the file")
     paths = tuple(path.with_name(f"{m['prefix']}-{i:05d}-of-{count:05d}.gguf") for i in range(1, count + 1))
     if not path.is_file():
-        raise OutputError(f"{path}: no such file")
+        raise InputError(f"{path}: no such file")
     present = [p for p in paths if p.is_file()]
     missing = [p for p in paths if p not in present]
     if paths[0] in missing:

@@ -24,16 +24,17 @@ def emulated_config(cfg, runtime: str):
     """
     if runtime not in EMULATIONS:
         raise UsageError(f"--emulate {runtime!r}: supported: {', '.join(EMULATIONS)}")
-    raw = dict(cfg.raw)
     changes = []
-    if raw.get("is_causal") is None:
-        raw["is_causal"] = False
-        kinds = set(cfg.layer_types or ())
-        if "sliding_attention" in kinds:
-            changes.append("all layers non-causal (the reference makes sliding layers causal)")
-        else:
-            changes.append("all layers non-causal (same as the reference for this drafter)")
-    return dataclasses.replace(cfg, raw=raw, is_causal=raw["is_causal"]), changes
+    if cfg.hf_attention.is_causal is not None:
+        return cfg, changes
+    kinds = set(cfg.layer_types or ())
+    if "sliding_attention" in kinds:
+        changes.append("all layers non-causal (the reference makes sliding layers causal)")
+    else:
+        changes.append("all layers non-causal (same as the reference for this drafter)")
+    # both readings of the flag: z-lab's rules read the top-level one, vLLM's and mlx-dspark's the folded one
+    hf = dataclasses.replace(cfg.hf_attention, is_causal=False)
+    return dataclasses.replace(cfg, hf_attention=hf, is_causal=False), changes
 
 
 @dataclass

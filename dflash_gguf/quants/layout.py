@@ -12,7 +12,7 @@ from gguf import GGMLQuantizationType as Q
 from gguf import GGUFValueType
 
 from ..errors import QuantizationError
-from ..fileio.gguf_reader import get_int
+from ..fileio.gguf_kv import get_int
 from ..fileio.gguf_writer import tensor_nbytes
 from ..fileio.types import KV
 from .policy import ftype_id, ggml_n_dims, layer_of, plan_types, resolve_ftype, tensor_allows_quantization

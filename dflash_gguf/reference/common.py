@@ -108,7 +108,6 @@ class RopeSpec:
     scaling: RopeScaling | None = None
     partial_rotary_factor: float | None = None
     max_position_embeddings: int | None = None
-    truncate: bool = True  # yarn only; a bool, so RopeScaling.params (numbers only) cannot carry it
     # Dims RoPE rotates (vLLM's get_rope: the first int(head_dim * partial_rotary_factor)). None is
     # transformers' rule, which z-lab runs on: the whole head for default rope, whatever the factor.
     rotary_dim: int | None = None
@@ -184,7 +183,7 @@ def inv_freq(spec: RopeSpec) -> tuple[torch.Tensor, float]:
         return (dim * math.log(orig / (rotations * 2 * math.pi))) / (2 * math.log(base))
 
     low, high = correction_dim(beta_fast), correction_dim(beta_slow)
-    if spec.truncate:
+    if spec.scaling.truncate:
         low, high = math.floor(low), math.ceil(high)
     low, high = max(low, 0), min(high, dim - 1)
     if low == high:
@@ -337,11 +336,3 @@ def visibility_mask(
             visible &= kpos - qpos < window
     return visible
 
-
-def yarn_truncate(raw: dict) -> bool:
-    """transformers reads ``truncate`` (default True) from the rope dict; configs rarely set it."""
-    for key in ("rope_scaling", "rope_parameters"):
-        src = raw.get(key)
-        if isinstance(src, dict) and "truncate" in src:
-            return bool(src["truncate"])
-    return True

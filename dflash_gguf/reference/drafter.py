@@ -23,7 +23,7 @@ from torch.nn import functional as F
 
 from ..config import DrafterConfig
 from .common import (MLP, KVCache, RMSNorm, RopeSpec, RopeTable, apply_rope_rolled, apply_rope_slice, attend,
-                     attend_with_sinks, linear, visibility_mask, yarn_truncate)
+                     attend_with_sinks, linear, visibility_mask)
 from .dspark import ConfidenceHead, DSparkLayout, MarkovHead, layout_from_config
 from .rules import AttentionRules, attention_rules
 
@@ -36,7 +36,7 @@ def layer_rules(cfg: DrafterConfig) -> list[tuple[bool, int | None]]:
 def rope_spec(cfg: DrafterConfig) -> RopeSpec:
     rules = attention_rules(cfg)
     return RopeSpec(cfg.head_dim, cfg.rope_theta, cfg.rope_scaling, cfg.partial_rotary_factor,
-                    cfg.max_position_embeddings, yarn_truncate(cfg.raw), rules.rotary_dim, rules.interleaved)
+                    cfg.max_position_embeddings, rules.rotary_dim, rules.interleaved)
 
 
 class Attention(nn.Module):

@@ -71,25 +71,15 @@ class DSparkLayout:
     reduced: bool  # d2t maps draft ids to target ids
 
 
-def _raw(cfg: DrafterConfig, key: str, default):
-    """A DSpark knob DrafterConfig does not carry (DSparkSpec has no markov/confidence fields):
-    top level, then dflash_config, then mlx-dspark's default."""
-    for src in (cfg.raw, cfg.raw.get("dflash_config") or {}):
-        if isinstance(src, dict) and src.get(key) is not None:
-            return src[key]
-    return default
-
-
 def layout_from_config(cfg: DrafterConfig, *, own_embed: bool = False) -> DSparkLayout:
     """The layout the config implies, with mlx-dspark's defaults (rank 256, confidence head
     with the Markov half). Used to build fresh modules (``tiny``); loading reads the weights."""
-    spec = cfg.dspark
+    spec, mlx = cfg.dspark, cfg.dspark.mlx
     reduced = spec.draft_vocab_size != cfg.vocab_size
     return DSparkLayout(
-        markov_rank=int(_raw(cfg, "markov_rank", 256)),
-        confidence=bool(_raw(cfg, "enable_confidence_head", True)),
-        confidence_with_markov=bool(_raw(cfg, "confidence_head_with_markov", True)),
-        own_embed=own_embed, own_head=reduced or bool(_raw(cfg, "has_lm_head", True)),
+        markov_rank=mlx.built_markov_rank, confidence=mlx.confidence_head,
+        confidence_with_markov=mlx.confidence_head_with_markov,
+        own_embed=own_embed, own_head=reduced or mlx.has_lm_head,
         draft_vocab=spec.draft_vocab_size, reduced=reduced)
 
 
@@ -103,8 +93,8 @@ def layout_from_state(cfg: DrafterConfig, state: dict[str, torch.Tensor]) -> DSp
     where = str(cfg.path.parent)
     H, V, Vd = cfg.hidden_size, cfg.vocab_size, cfg.dspark.draft_vocab_size
     rank = int(state[W1].shape[1]) if W1 in state else 0
-    declared = _raw(cfg, "markov_rank", None)
-    if declared is not None and int(declared) != rank:
+    declared = cfg.dspark.mlx.markov_rank
+    if declared is not None and declared != rank:
         raise WeightsError(f"{where}: markov_rank is {declared} in the config but the weights hold rank {rank}")
     conf_in = int(state[CONF_W].shape[1]) if CONF_W in state else None
     if conf_in is not None and conf_in not in (H, H + rank):

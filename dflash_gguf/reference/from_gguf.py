@@ -16,13 +16,12 @@ from ..config import DrafterConfig, TargetConfig, parse_config, parse_target_con
 from ..errors import ConfigError, GGUFFormatError, QuantizationError, WeightsError
 from ..formats import meta_from_gguf
 from ..fileio.gguf_header import show
-from ..formats.names import BLK_RE, D2T, target_hf_name
+from ..formats.dspark import CONF_PROJ, MARKOV_W1, SAMPLE_FROM_ANCHOR
+from ..formats.hparams import KeyReader, RopeScalingKeys, decode_hparams
+from ..formats.names import BLK_RE, D2T, OUTPUT, ROPE_FREQS, TOKEN_EMBD, target_hf_name
 from .rules import ZLAB, attention_rules as _rules
-from ..fileio.gguf_reader import GGUFFile, get_bool, get_bools, get_float, get_int, get_str, read_gguf
+from ..fileio.gguf_reader import GGUFFile, read_gguf
 from ..fileio.types import TensorInfo
-
-_MISSING = object()
-
 
 def dequantized(f: GGUFFile, t: TensorInfo) -> np.ndarray:
     """A tensor's float32 values in numpy (torch) order, with ggml's exact dequantizers
@@ -42,58 +41,15 @@ def dequantized(f: GGUFFile, t: TensorInfo) -> np.ndarray:
         raise WeightsError(f"{f.path}: tensor {show(t.name)} ({t.ggml_type.name}, ne {list(t.shape_ne)}): {exc}") from None
 
 
-class _Keys:
-    """Typed reads of ``<arch>.<suffix>`` keys: a key of the wrong type, NaN, or a size of 0 is
-    one GGUFFormatError naming the key (see fileio.gguf_reader.get_int)."""
-
-    def __init__(self, f: GGUFFile, path: str | Path, why: str) -> None:
-        self.kvs, self.arch, self.path, self.why = f.kvs, f.arch, str(path), why
-
-    def key(self, suffix: str) -> str:
-        return f"{self.arch}.{suffix}"
-
-    def has(self, suffix: str) -> bool:
-        return self.key(suffix) in self.kvs
-
-    def _missing(self, suffix: str) -> GGUFFormatError:
-        return GGUFFormatError(f"{self.path}: {self.key(suffix)} is missing; {self.why}")
-
-    def int(self, suffix: str, default: Any = _MISSING, lo: int = 1) -> Any:
-        if not self.has(suffix):
-            if default is _MISSING:
-                raise self._missing(suffix)
-            return default
-        return get_int(self.kvs, self.key(suffix), None, path=self.path, lo=lo)
-
-    def float(self, suffix: str, default: Any = _MISSING, positive: bool = False) -> Any:
-        if not self.has(suffix):
-            if default is _MISSING:
-                raise self._missing(suffix)
-            return default
-        return get_float(self.kvs, self.key(suffix), None, path=self.path, positive=positive)
-
-    def rope_scaling(self) -> dict[str, Any] | None:
-        """The config's rope_scaling from ``rope.scaling.*`` keys, or None."""
-        if not self.has("rope.scaling.type"):
-            return None
-        typ = get_str(self.kvs, self.key("rope.scaling.type"), None, path=self.path)
-        if typ == "none":
-            return None
-        out: dict[str, Any] = {"rope_type": typ, "factor": self.float("rope.scaling.factor", 1.0, positive=True)}
-        if self.has("rope.scaling.original_context_length"):
-            out["original_max_position_embeddings"] = self.int("rope.scaling.original_context_length")
-        for k, name in (("yarn_ext_factor", "extrapolation_factor"), ("yarn_attn_factor", "attention_factor"),
-                        ("yarn_beta_fast", "beta_fast"), ("yarn_beta_slow", "beta_slow")):
-            if self.has(f"rope.scaling.{k}"):
-                out[name] = self.float(f"rope.scaling.{k}")
-        return out
+def _keys(f: GGUFFile, path: str | Path, why: str) -> KeyReader:
+    return KeyReader(f.kvs, f.arch, str(path), why)
 
 
 def _layer_ids(f: GGUFFile) -> set[int]:
     return {int(m.group(1)) for t in f.tensors if (m := BLK_RE.match(t.name))}
 
 
-def _check_depth(f: GGUFFile, keys: _Keys, n_layers: int) -> None:
+def _check_depth(f: GGUFFile, keys: KeyReader, n_layers: int) -> None:
     """block_count must name exactly the layers the tensors hold (a corrupt count would have
     the reference build billions of layers before any shape check)."""
     have = _layer_ids(f)
@@ -120,7 +76,7 @@ def drafter_from_gguf(path: str | Path) -> tuple[DrafterConfig, dict[str, np.nda
     """
     f = read_gguf(path)
     fmt, meta = meta_from_gguf(f.kvs, f.shapes(), path)
-    k = _Keys(f, path, "cannot rebuild the drafter's config")
+    k = _keys(f, path, "cannot rebuild the drafter's config")
     n_layers = k.int("block_count")
     _check_depth(f, k, n_layers)
     n_head = k.int("attention.head_count")
@@ -135,46 +91,17 @@ def drafter_from_gguf(path: str | Path) -> tuple[DrafterConfig, dict[str, np.nda
         if v < 1:
             raise GGUFFormatError(f"{path}: {k.key(key)} = {v}; DFlash2 sizes are >= 1 (corrupt metadata)")
     names = {t.name: t for t in f.tensors}
-    dspark = "markov_w1.weight" in names
+    dspark = MARKOV_W1 in names
     arch = "DSparkDraftModel" if dspark else "DFlash2DraftModel" if meta.dflash2 else "DFlashDraftModel"
     raw: dict[str, Any] = {
         "architectures": [arch],
         "model_type": "qwen3",
-        "hidden_size": k.int("embedding_length"),
-        "intermediate_size": k.int("feed_forward_length"),
-        "num_hidden_layers": n_layers,
-        "num_attention_heads": n_head,
-        "num_key_value_heads": k.int("attention.head_count_kv", n_head),
         "head_dim": head_dim,
-        "rms_norm_eps": k.float("attention.layer_norm_rms_epsilon"),
-        "rope_theta": k.float("rope.freq_base", positive=True),
         "vocab_size": int(meta.vocab_size or 0) or _vocab_from_tensors(f, path),
         "block_size": 16 if meta.block_size is None else meta.block_size,
         "dflash_config": {"mask_token_id": meta.mask_token_id, "target_layer_ids": list(meta.taps), **meta.dflash2},
     }
-    if k.has("context_length"):
-        raw["max_position_embeddings"] = k.int("context_length")
-    if k.has("rope.dimension_count"):
-        raw["partial_rotary_factor"] = k.int("rope.dimension_count") / head_dim
-    scaling = k.rope_scaling()
-    if scaling:
-        raw["rope_scaling"] = scaling
-    if k.has("attention.sliding_window"):
-        raw["use_sliding_window"] = True
-        raw["sliding_window"] = k.int("attention.sliding_window")
-        pattern = (True,) * n_layers
-        if k.has("attention.sliding_window_pattern"):
-            pattern = get_bools(f.kvs, k.key("attention.sliding_window_pattern"), None, path=k.path)
-            if len(pattern) != n_layers:
-                raise GGUFFormatError(f"{path}: {k.key('attention.sliding_window_pattern')} has {len(pattern)} "
-                                      f"entries for {n_layers} layers (corrupt metadata; re-convert)")
-        raw["layer_types"] = ["sliding_attention" if p else "full_attention" for p in pattern]
-    if k.has("attention.causal"):
-        raw["is_causal"] = get_bool(f.kvs, k.key("attention.causal"), None, path=k.path)
-    for key, name in (("final_logit_softcapping", "final_logit_softcapping"), ("logit_scale", "output_multiplier"),
-                      ("embedding_scale", "input_embedding_scale")):
-        if k.has(key):
-            raw["dflash_config"][name] = k.float(key)
+    decode_hparams(k, raw)  # every hyperparameter key, by the table convert writes them with
     if meta.mask_token_id is None:
         raise GGUFFormatError(f"{path}: no mask token id in the file; cannot run the drafter")
     _runtime_knobs(f, k, names, raw, dspark)
@@ -186,14 +113,14 @@ def drafter_from_gguf(path: str | Path) -> tuple[DrafterConfig, dict[str, np.nda
             continue
         src = fmt.source_name(t.name)
         if src is None:
-            if t.name == "rope_freqs.weight":
+            if t.name == ROPE_FREQS:
                 continue  # llama3 factors: the reference recomputes them from the config
             raise WeightsError(f"{path}: tensor {show(t.name)} is not a {fmt.name} drafter tensor")
         weights[src] = dequantized(f, t)
     return cfg, weights, fmt.name
 
 
-def _runtime_knobs(f: GGUFFile, k: _Keys, names: dict[str, TensorInfo], raw: dict[str, Any], dspark: bool) -> None:
+def _runtime_knobs(f: GGUFFile, k: KeyReader, names: dict[str, TensorInfo], raw: dict[str, Any], dspark: bool) -> None:
     """MiMo's and DSpark's keys and tensors → the config spellings the reference reads.
 
     Sinks are a tensor (``blk.N.attn_sinks.weight``), the value scale a key, DSpark's head sizes
@@ -205,18 +132,16 @@ def _runtime_knobs(f: GGUFFile, k: _Keys, names: dict[str, TensorInfo], raw: dic
     dc = raw["dflash_config"]
     if any(n.endswith(".attn_sinks.weight") for n in names):
         dc["attention_sink_bias"] = True
-    if k.has("attention.value_scale"):
-        dc["attention_value_scale"] = k.float("attention.value_scale")
     if dspark:
-        w1 = names["markov_w1.weight"]
+        w1 = names[MARKOV_W1]
         if len(w1.shape) != 2:
-            raise GGUFFormatError(f"{k.path}: markov_w1.weight has shape {list(w1.shape_ne)}; ne {{rank, n_vocab}} expected")
+            raise GGUFFormatError(f"{k.path}: {MARKOV_W1} has shape {list(w1.shape_ne)}; ne {{rank, n_vocab}} expected")
         raw["markov_rank"] = w1.shape[1]
-        raw["enable_confidence_head"] = "conf_proj.weight" in names
+        raw["enable_confidence_head"] = CONF_PROJ in names
         if D2T in names:
             raw["draft_vocab_size"] = names[D2T].n_elements
-        if k.has("sample_from_anchor"):
-            raw["sample_from_anchor"] = get_bool(f.kvs, k.key("sample_from_anchor"), None, path=k.path)
+        if k.has(SAMPLE_FROM_ANCHOR):
+            raw["sample_from_anchor"] = k.bool(SAMPLE_FROM_ANCHOR)
     if (dspark or "attention_sink_bias" in dc or "attention_value_scale" in dc) and "is_causal" not in raw:
         raw["is_causal"] = False
 
@@ -240,7 +165,7 @@ def _vocab_from_tensors(f: GGUFFile, path) -> int:
     for t in f.tensors:
         if t.name.startswith("selector_") and t.name != "selector_hidden.weight" and len(t.shape) == 2:
             return t.shape[0]
-        if t.name == "markov_w1.weight" and len(t.shape) == 2:
+        if t.name == MARKOV_W1 and len(t.shape) == 2:
             return t.shape[0]
     raise GGUFFormatError(f"{path}: no tokenizer and no vocab size in the file; convert it with --target-gguf")
 
@@ -314,12 +239,12 @@ def target_from_gguf(path: str | Path) -> tuple[TargetConfig, dict[str, np.ndarr
     if arch not in SUPPORTED_TARGET_ARCHS:
         raise GGUFFormatError(f"{path}: architecture {show(str(arch))!r} is not a supported reference target GGUF "
                               f"({', '.join(SUPPORTED_TARGET_ARCHS)}); use its Hugging Face dir instead")
-    k = _Keys(f, path, "cannot rebuild the target's config")
+    k = _keys(f, path, "cannot rebuild the target's config")
     names = {t.name: t for t in f.tensors}
-    if "rope_freqs.weight" in names:
+    if ROPE_FREQS in names:
         raise ConfigError(f"{path}: llama3-style rope_freqs are not supported for reference targets; "
                           "use the target's Hugging Face dir")
-    embd = names.get("token_embd.weight")
+    embd = names.get(TOKEN_EMBD)
     if embd is None or len(embd.shape) != 2:
         raise GGUFFormatError(f"{path}: token_embd.weight is missing or not 2-D; not a complete target model")
     n_layers = k.int("block_count")
@@ -350,13 +275,11 @@ def target_from_gguf(path: str | Path) -> tuple[TargetConfig, dict[str, np.ndarr
         "rms_norm_eps": k.float("attention.layer_norm_rms_epsilon"),
         "rope_theta": k.float("rope.freq_base", 10000.0, positive=True),
         "max_position_embeddings": k.int("context_length", 4096),
-        "tie_word_embeddings": "output.weight" not in names,
+        "tie_word_embeddings": OUTPUT not in names,
         "attention_bias": "blk.0.attn_q.bias" in names,
         "mlp_bias": "blk.0.ffn_gate.bias" in names,
     }
-    scaling = k.rope_scaling()
-    if scaling:
-        raw["rope_scaling"] = scaling
+    RopeScalingKeys().decode(k, raw)
     tc = parse_target_config(raw, Path(path))
     weights: dict[str, np.ndarray] = {}
     for t in f.tensors:

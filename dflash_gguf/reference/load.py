@@ -57,7 +57,7 @@ def read_safetensors(model_dir: str | Path) -> dict[str, torch.Tensor]:
     float32 (bf16 → f32 is a shift), others in their stored dtype.
 
     Raises:
-        OutputError: no safetensors file.
+        InputError: no safetensors file, or one cannot be read.
         WeightsError: a corrupt or truncated header, a malformed index, a missing shard.
     """
     tensors: dict[str, torch.Tensor] = {}
@@ -280,7 +280,7 @@ def drafter_from_gguf(gguf_path: str | Path, config: str | Path | DrafterConfig 
         cfg = config if isinstance(config, DrafterConfig) else load_config(config)
         if cfg.rope_scaling is not None and cfg.rope_scaling.type == "llama3":
             # the GGUF holds llama3 scaling as a rope_freqs tensor; the reference rebuilds it from the config
-            gcfg = replace(gcfg, rope_scaling=cfg.rope_scaling, raw={**gcfg.raw, "rope_scaling": cfg.raw.get("rope_scaling")})
+            gcfg = replace(gcfg, rope_scaling=cfg.rope_scaling)
         notes = compare_with_config(gcfg, cfg, gguf_path)
         if (cfg.path.parent / MASK_FILE).is_file():
             notes.append(f"the checkpoint ships {MASK_FILE} (the MASK row vLLM and SGLang substitute); the GGUF "

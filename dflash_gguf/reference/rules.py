@@ -43,16 +43,10 @@ class AttentionRules:
     value_scale: float | None  # V (context and block rows) × this, before attention
 
 
-def dflash_knobs(cfg: DrafterConfig) -> dict:
-    d = cfg.raw.get("dflash_config")
-    return d if isinstance(d, dict) else {}
-
-
 def follows_vllm(cfg: DrafterConfig) -> bool:
     """A DFlash drafter z-lab's reference cannot run as trained: it declares a knob only vLLM implements."""
-    knobs = dflash_knobs(cfg)
-    return cfg.dspark is None and bool(cfg.attention_sink_bias or cfg.attention_value_scale is not None
-                                       or knobs.get("use_swa"))
+    return cfg.dspark is None and (cfg.attention_sink_bias or cfg.attention_value_scale is not None
+                                   or cfg.swa_every_layer)
 
 
 def attention_rules(cfg: DrafterConfig) -> AttentionRules:
@@ -66,7 +60,7 @@ def attention_rules(cfg: DrafterConfig) -> AttentionRules:
     if cfg.dspark is not None:
         _refuse_unimplemented_dspark(cfg)
         return AttentionRules(MLX_DSPARK, _mlx_dspark_layers(cfg), None, interleaved,
-                              sinks=bool(cfg.attention_sink_bias or cfg.raw.get("attention_sink_bias")),
+                              sinks=cfg.attention_sink_bias or cfg.dspark.mlx.attention_sink_bias,
                               value_scale=cfg.attention_value_scale)
     if follows_vllm(cfg):
         return AttentionRules(VLLM, _vllm_layers(cfg), cfg.rope_dim, interleaved, sinks=cfg.attention_sink_bias,
@@ -85,18 +79,16 @@ def zlab_layers(cfg: DrafterConfig) -> list[tuple[bool, int | None]]:
     rule (sliding layers causal, full layers not). The vLLM-only spellings that DrafterConfig
     also honours (``dflash_config.use_swa``/``swa_window_size``/``causal``) are ignored here.
     """
-    raw = cfg.raw
-    window = raw.get("sliding_window") if raw.get("use_sliding_window", False) else None
-    types = raw.get("layer_types")
+    hf = cfg.hf_attention
+    window = hf.sliding_window
+    types = cfg.layer_types
     if types is None:
-        first = raw.get("max_window_layers", 28)
-        types = [SLIDING if window is not None and i >= first else "full_attention"
+        types = [SLIDING if window is not None and i >= hf.max_window_layers else "full_attention"
                  for i in range(cfg.num_hidden_layers)]
-    forced = raw.get("is_causal")
     rules = []
     for t in types:
         sliding = t == SLIDING
-        rules.append((sliding if forced is None else bool(forced), window if sliding else None))
+        rules.append((sliding if hf.is_causal is None else hf.is_causal, window if sliding else None))
     return rules
 
 
@@ -105,7 +97,7 @@ def _vllm_layers(cfg: DrafterConfig) -> tuple[tuple[bool, int | None], ...]:
     ``layer_types`` is absent or lists no sliding layer; causality is ``is_causal``, then
     ``dflash_config.causal`` (both folded into ``cfg.is_causal``), then "sliding per
     ``layer_types``", and False without ``layer_types`` (MiMo: sliding and bidirectional)."""
-    use_swa = bool(dflash_knobs(cfg).get("use_swa"))
+    use_swa = cfg.swa_every_layer
     types = cfg.layer_types
     any_sliding = types is not None and SLIDING in types
     window = cfg.sliding_window
@@ -124,23 +116,23 @@ def _mlx_dspark_layers(cfg: DrafterConfig) -> tuple[tuple[bool, int | None], ...
     declared (``is_causal``/``dflash_config.causal``/``dflash_query_causal``; a speculators
     export with sliding ``layer_types`` is causal unless ``sliding_window_non_causal``), and the
     declared window applies to every layer."""
-    raw = cfg.raw
+    mlx = cfg.dspark.mlx
     causal = cfg.is_causal
     if causal is None and cfg.dspark.eagle3_style and cfg.layer_types and SLIDING in cfg.layer_types \
             and cfg.sliding_window:
-        causal = not bool(raw.get("sliding_window_non_causal", False))
+        causal = not mlx.sliding_window_non_causal
     if causal is None:
-        causal = bool(raw.get("dflash_query_causal", False))
+        causal = mlx.query_causal
     return tuple((bool(causal), cfg.sliding_window) for _ in range(cfg.num_hidden_layers))
 
 
 def _refuse_unimplemented_dspark(cfg: DrafterConfig) -> None:
-    raw, why = cfg.raw, None
+    why, mlx = None, cfg.dspark.mlx
     if cfg.dspark.gemma4:
         why = "the gemma4 DSpark backbone (k_eq_v attention, v_norm, sandwich norms)"
-    elif raw.get("enable_qwen35_gated_q_proj") or cfg.model_type == "qwen3_5":
+    elif mlx.qwen35_gated_q_proj or cfg.model_type == "qwen3_5":
         why = "qwen3_5-native DSpark heads (gated q_proj, offset RMSNorm weights, partial rotary)"
-    elif raw.get("log_snr_conditioning"):
+    elif mlx.log_snr_conditioning:
         why = "log-SNR conditioned DSpark heads"
     if why:
         raise ConfigError(f"{cfg.path}: the torch reference does not implement {why}; parity cannot run this drafter")

@@ -19,8 +19,7 @@ from torch import nn
 
 from ..config import TargetConfig
 from ..errors import ConfigError, TargetError
-from .common import (MLP, KVCache, RMSNorm, RopeSpec, RopeTable, apply_rope_rolled, attend, linear, visibility_mask,
-                     yarn_truncate)
+from .common import MLP, KVCache, RMSNorm, RopeSpec, RopeTable, apply_rope_rolled, attend, linear, visibility_mask
 
 SUPPORTED_TARGETS = ("qwen3", "llama")
 
@@ -57,20 +56,20 @@ class TargetSpec:
         arch = tc.model_type
         if arch not in SUPPORTED_TARGETS:
             raise ConfigError(f"{tc.path}: model_type {arch!r} is not a supported reference target ({', '.join(SUPPORTED_TARGETS)})")
-        raw = tc.raw
-        if raw.get("hidden_act", "silu") != "silu":
-            raise ConfigError(f"{tc.path}: hidden_act={raw['hidden_act']!r}; the reference target implements silu only")
+        if tc.hidden_act != "silu":
+            raise ConfigError(f"{tc.path}: hidden_act={tc.hidden_act!r}; the reference target implements silu only")
         missing = [k for k in ("intermediate_size", "num_attention_heads", "rms_norm_eps") if getattr(tc, k) is None]
         if missing:
             raise ConfigError(f"{tc.path}: missing {', '.join(missing)}")
         windows: list[int | None] = [None] * tc.num_hidden_layers
-        if arch == "qwen3" and raw.get("use_sliding_window", False) and raw.get("sliding_window"):
+        hf = tc.hf_attention
+        if arch == "qwen3" and hf.sliding_window:
             # Qwen3Config: layer_types default to sliding from max_window_layers on.
-            types = raw.get("layer_types") or [
-                "sliding_attention" if i >= raw.get("max_window_layers", 28) else "full_attention"
+            types = tc.layer_types or [
+                "sliding_attention" if i >= hf.max_window_layers else "full_attention"
                 for i in range(tc.num_hidden_layers)
             ]
-            windows = [int(raw["sliding_window"]) if t == "sliding_attention" else None for t in types]
+            windows = [hf.sliding_window if t == "sliding_attention" else None for t in types]
         theta = tc.rope_theta if tc.rope_theta is not None else 10000.0  # transformers' default_theta
         head_dim = tc.head_dim or tc.hidden_size // tc.num_attention_heads
         return cls(
@@ -83,10 +82,10 @@ class TargetSpec:
             head_dim=head_dim,
             vocab_size=tc.vocab_size,
             rms_norm_eps=tc.rms_norm_eps,
-            rope=RopeSpec(head_dim, float(theta), tc.rope_scaling, raw.get("partial_rotary_factor"),
-                          tc.max_position_embeddings, yarn_truncate(raw)),
+            rope=RopeSpec(head_dim, float(theta), tc.rope_scaling, tc.partial_rotary_factor,
+                          tc.max_position_embeddings),
             attention_bias=tc.attention_bias,
-            mlp_bias=bool(raw.get("mlp_bias", False)) if arch == "llama" else False,
+            mlp_bias=tc.mlp_bias if arch == "llama" else False,
             tie_word_embeddings=tc.tie_word_embeddings,
             layer_windows=tuple(windows),
         )

@@ -21,7 +21,7 @@ from ..config import DrafterConfig
 from ..errors import ConfigError, TargetError, UsageError
 from ..fileio.gguf_constants import GGUFValueType as T
 from ..fileio.gguf_header import GGUFHeader, raw_string, read_header
-from ..fileio.gguf_reader import bad_kv
+from ..fileio.gguf_kv import bad_kv
 from ..fileio.string_array import StringArray
 from ..fileio.types import KV, kv_u32
 from ..formats.meta import ROPE_SECTIONS

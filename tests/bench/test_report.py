@@ -79,17 +79,3 @@ def test_comparisons_apply_the_one_sigma_rule():
     doc = rep.to_json()
     assert doc["schema"] == "dflash-gguf.bench/1" and len(doc["requests"]) == 6
     assert doc["rows"][0]["per_position"][0] == {"mean": pytest.approx(1.0), "sd": 0.0, "values": [1.0, 1.0]}
-
-
-def test_plots_without_matplotlib_is_a_one_line_usage_error(monkeypatch):
-    import builtins
-
-    from dflash_gguf.bench import plots
-    from dflash_gguf.errors import UsageError
-
-    real = builtins.__import__
-    monkeypatch.setattr(builtins, "__import__",
-                        lambda name, *a, **k: (_ for _ in ()).throw(ImportError(name)) if name == "matplotlib"
-                        else real(name, *a, **k))
-    with pytest.raises(UsageError, match=r"pip install 'dflash-gguf\[plots\]'"):
-        plots.require_matplotlib()

@@ -2,6 +2,7 @@
 extra) in both modes, GGUF vs GGUF."""
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from gguf import GGUFReader
 
@@ -108,3 +109,33 @@ def test_gguf_vs_gguf_catches_a_swap_and_a_drop(converted, tmp_path):
     assert set(bad) == {*swap, "blk.0.attn_k_norm.weight"}
     assert bad["blk.0.attn_k_norm.weight"].status == "missing"
     assert "swapped-with:blk.1.ffn_up.weight" in bad["blk.1.ffn_gate.weight"].flags
+
+
+def test_pairs_come_from_the_conversion_plan(converted, tmp_path):
+    """The checkpoint side is paired by convert's own plan: without the config.json the plan is
+    built from, compare-weights refuses (exit 3) rather than guess; with a stray tensor the plan
+    does not know, that tensor is a missing row naming the format."""
+    import json
+    import shutil
+    import struct
+
+    from dflash_gguf.errors import ConfigError
+
+    gguf = converted("qwen3-flat")
+    d = tmp_path / "ckpt"
+    shutil.copytree(DRAFTERS / "qwen3-flat", d)
+    (d / "config.json").rename(tmp_path / "config.json")
+    with pytest.raises(ConfigError, match="config.json"):
+        compare_weights(d, gguf)
+    (tmp_path / "config.json").rename(d / "config.json")
+    st = d / "model.safetensors"  # one more F32 tensor appended by hand (numpy's safetensors has no bf16)
+    raw = st.read_bytes()
+    n = struct.unpack("<Q", raw[:8])[0]
+    header, data = json.loads(raw[8:8 + n]), raw[8 + n:]
+    header["layers.0.mystery.weight"] = {"dtype": "F32", "shape": [4, 4], "data_offsets": [len(data), len(data) + 64]}
+    head = json.dumps(header).encode()
+    st.write_bytes(struct.pack("<Q", len(head)) + head + data + np.zeros(16, np.float32).tobytes())
+    r = compare_weights(d, gguf)
+    row = next(t for t in r.tensors if t.name == "layers.0.mystery.weight")
+    assert row.status == "missing" and row.detail == "no llama.cpp GGUF name for this tensor"
+    assert not r.passed

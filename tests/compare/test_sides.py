@@ -15,6 +15,6 @@ def test_dequantizers_match_gguf_py_bit_for_bit(qtype):
 
     x = (np.random.default_rng(3).standard_normal((8, 256)) * 0.05).astype(np.float32)
     raw = quantize(x, qtype).reshape(-1)
-    ours = sides._deq(raw, qtype, 8, 256)
+    ours = sides.dequantize_rows(raw, qtype, 8, 256)
     ref = np.asarray(gguf.dequantize(raw.reshape(8, -1), qtype), dtype=np.float32).reshape(8, 256)
     assert np.array_equal(ours.view(np.uint32), ref.view(np.uint32))

@@ -83,7 +83,7 @@ def test_not_json_and_missing(tmp_path):
         load_config(tmp_path / "absent")
 
 
-# --- wrong types and ranges: each used to escape as a Python exception or a hang -----------------
+# --- wrong types and ranges: each must be one ConfigError, not a Python exception or a hang -----------------
 def dflash2(**over):
     cfg = json.loads((DRAFTERS / "qwen3-dflash2" / "config.json").read_text())
     cfg.update(over)
@@ -142,3 +142,20 @@ def test_unparseable_json_is_a_config_error(tmp_path, blob):  # RecursionError /
     (tmp_path / "config.json").write_bytes(blob)
     with pytest.raises(ConfigError, match="not valid JSON"):
         load_config(tmp_path)
+
+
+def test_head_dim_in_config(tmp_path):
+    assert load_config(write_cfg(tmp_path, flat())).head_dim_in_config
+    derived = load_config(write_cfg(tmp_path, flat(head_dim=None)))  # hidden_size // num_attention_heads
+    assert derived.head_dim == 16 and not derived.head_dim_in_config
+
+
+def test_swa_every_layer_is_dflash_config_use_swa_only(tmp_path):
+    assert not load_config(write_cfg(tmp_path, flat())).swa_every_layer
+    # the top-level spelling turns SWA on, but not vLLM's "every layer slides"
+    top = load_config(write_cfg(tmp_path, flat(use_sliding_window=True, sliding_window=8)))
+    assert top.use_sliding_window and not top.swa_every_layer
+    cfg = flat()
+    cfg["dflash_config"].update(use_swa=True, swa_window_size=8)
+    nested = load_config(write_cfg(tmp_path, cfg))
+    assert nested.swa_every_layer and nested.use_sliding_window and nested.sliding_window == 8

@@ -110,3 +110,55 @@ def test_speculators_layer_of_unknown_type_without_rope_theta_is_refused(tmp_pat
     raw["transformer_layer_config"]["model_type"] = "llama"
     with pytest.raises(ConfigError, match="names no rope_theta and its model_type 'llama'"):
         load_config(write_cfg(tmp_path, raw))
+
+
+def test_mlx_knobs_default_to_mlx_dspark(tmp_path):
+    raw = dspark_config()
+    del raw["markov_rank"]
+    m = load_config(write_cfg(tmp_path, raw)).dspark.mlx
+    assert m.markov_rank is None and m.built_markov_rank == 256
+    assert (m.confidence_head, m.confidence_head_with_markov, m.has_lm_head) == (True, True, True)
+    assert not (m.query_causal or m.sliding_window_non_causal or m.attention_sink_bias or m.qwen35_gated_q_proj
+                or m.log_snr_conditioning)
+
+
+def test_mlx_head_knobs_top_level_then_dflash_config(tmp_path):
+    # top level wins; dflash_config fills in what the top level leaves out (or sets null)
+    raw = dspark_config(markov_rank=None, enable_confidence_head=False, has_lm_head=None)
+    raw["dflash_config"] = {"target_layer_ids": [0, 1, 3], "mask_token_id": 500, "markov_rank": 16,
+                            "enable_confidence_head": True, "has_lm_head": False,
+                            "confidence_head_with_markov": False}
+    c = load_config(write_cfg(tmp_path, raw))
+    m = c.dspark.mlx
+    assert m.markov_rank == 16 and m.built_markov_rank == 16
+    assert c.dspark.markov_rank is None  # mainline reads the top level only: the tensors decide
+    assert (m.confidence_head, m.has_lm_head, m.confidence_head_with_markov) == (False, False, False)
+
+
+def test_mlx_attention_and_backbone_knobs_are_top_level_only(tmp_path):
+    raw = dspark_config(dflash_query_causal=True, sliding_window_non_causal=True, attention_sink_bias=True,
+                        enable_qwen35_gated_q_proj=True, log_snr_conditioning=True)
+    m = load_config(write_cfg(tmp_path, raw)).dspark.mlx
+    assert m.query_causal and m.sliding_window_non_causal and m.attention_sink_bias
+    assert m.qwen35_gated_q_proj and m.log_snr_conditioning
+    nested = dspark_config()
+    nested["dflash_config"] = {"target_layer_ids": [0, 1, 3], "mask_token_id": 500, "dflash_query_causal": True,
+                               "log_snr_conditioning": True}
+    m = load_config(write_cfg(tmp_path, nested)).dspark.mlx
+    assert not m.query_causal and not m.log_snr_conditioning
+
+
+@pytest.mark.parametrize("over,needle", [
+    ({"enable_confidence_head": 1}, "enable_confidence_head must be true or false, got 1"),
+    ({"dflash_query_causal": "yes"}, "dflash_query_causal must be true or false"),
+    ({"log_snr_conditioning": 0}, "log_snr_conditioning must be true or false"),
+    ({"dflash_config": {"target_layer_ids": [0, 1, 3], "mask_token_id": 500, "has_lm_head": "no"}},
+     "dflash_config.has_lm_head must be true or false"),
+    ({"markov_rank": None, "dflash_config": {"target_layer_ids": [0, 1, 3], "mask_token_id": 500,
+                                             "markov_rank": "8"}}, "dflash_config.markov_rank must be an integer"),
+    ({"markov_rank": None, "dflash_config": {"target_layer_ids": [0, 1, 3], "mask_token_id": 500,
+                                             "markov_rank": -1}}, r"dflash_config.markov_rank = -1 is out of range"),
+])
+def test_mlx_knobs_wrong_types(tmp_path, over, needle):
+    with pytest.raises(ConfigError, match=needle):
+        load_config(write_cfg(tmp_path, dspark_config(**over)))

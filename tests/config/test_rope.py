@@ -37,7 +37,7 @@ def test_yarn_scaling_needs_original_context(tmp_path):
     assert c.rope_scaling.type == "yarn" and c.rope_scaling.factor == 4.0
 
 
-# --- wrong types and ranges: each used to escape as a Python exception -----------------------
+# --- wrong types and ranges: each must be one ConfigError, not a Python exception -----------------------
 @pytest.mark.parametrize("over,needle", [
     ({"rope_scaling": {"rope_type": "linear", "factor": [2]}}, r"rope_scaling.factor = \[2\] is not a positive finite"),
     ({"rope_scaling": {"rope_type": "linear", "factor": 0}}, "rope_scaling.factor = 0 is not a positive finite"),
@@ -64,3 +64,23 @@ def test_llama3_frequency_factors_must_be_ordered(tmp_path, low, high):  # ZeroD
                              "low_freq_factor": low, "high_freq_factor": high})
     with pytest.raises(ConfigError, match="llama3 needs 0 < low_freq_factor < high_freq_factor"):
         load_config(write_cfg(tmp_path, cfg))
+
+
+YARN = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 4096}
+
+
+@pytest.mark.parametrize("over,want", [
+    ({"rope_scaling": YARN}, True),  # transformers' default
+    ({"rope_scaling": {**YARN, "truncate": False}}, False),
+    ({"rope_scaling": {**YARN, "truncate": None}}, False),  # transformers' ``if truncate:``
+    ({"rope_parameters": {**YARN, "rope_theta": 1e6, "truncate": False}}, False),
+    # rope_scaling is looked at first, whichever object the scaling itself came from
+    ({"rope_parameters": {**YARN, "rope_theta": 1e6, "truncate": True}, "rope_scaling": {"truncate": False}}, False),
+])
+def test_yarn_truncate(tmp_path, over, want):
+    assert load_config(write_cfg(tmp_path, flat(**over))).rope_scaling.truncate is want
+
+
+def test_yarn_truncate_must_be_a_boolean(tmp_path):
+    with pytest.raises(ConfigError, match="rope_scaling.truncate must be true or false, got 'no'"):
+        load_config(write_cfg(tmp_path, flat(rope_scaling={**YARN, "truncate": "no"})))

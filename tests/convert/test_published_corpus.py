@@ -102,6 +102,6 @@ def test_published_drafter_converts_like_llama_cpp(cli, tmp_path, corpus, slug, 
 
 
 def test_corpus_covers_the_families():
-    """The corpus is the claim's denominator: every family the issue names has an entry."""
+    """The corpus is the claim's denominator: every family in FAMILIES has an entry."""
     families = {e["family"] for e in ENTRIES}
     assert {"dflash1", "dflash2", "mimo", "dspark", "gemma4-dspark"} <= families

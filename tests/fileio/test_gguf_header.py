@@ -10,7 +10,7 @@ import pytest
 
 from dflash_gguf.fileio import gguf_header as gh
 from dflash_gguf.fileio import header_records
-from dflash_gguf.errors import GGUFFormatError, OutputError
+from dflash_gguf.errors import GGUFFormatError, InputError
 from dflash_gguf.fileio.gguf_header import parse_header_bytes, read_header
 from dflash_gguf.fileio.header_errors import (InvalidKVError, InvalidTensorInfoError, LimitError, NotGGUFError,
                                               TensorOverlapError, TruncatedError, UnsupportedVersionError)
@@ -357,9 +357,9 @@ def test_cut_anywhere_in_a_fixture():
 # --- files --------------------------------------------------------------------------------
 
 def test_missing_file_and_directory(tmp_path):
-    with pytest.raises(OutputError, match="no such file"):
+    with pytest.raises(InputError, match="no such file"):
         read_header(tmp_path / "nope.gguf")
-    with pytest.raises(OutputError, match="is a directory"):
+    with pytest.raises(InputError, match="is a directory"):
         read_header(tmp_path)
 
 

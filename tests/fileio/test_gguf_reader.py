@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from gguf import GGUFWriter
 
-from dflash_gguf.errors import GGUFFormatError, OutputError
+from dflash_gguf.errors import GGUFFormatError, InputError
 from dflash_gguf.fileio.gguf_reader import TensorReader, read_gguf
 
 
@@ -39,9 +39,9 @@ def test_input_that_shrinks_while_read_is_a_format_error(tmp_path):
             r.read(t, 0, 8)
 
 
-def test_unreadable_file_is_an_output_error(tmp_path):
+def test_unreadable_file_is_an_input_error(tmp_path):
     src = small_gguf(tmp_path / "s.gguf")
     f = read_gguf(src)
     os.unlink(src)
-    with pytest.raises(OutputError, match="cannot read it"):
+    with pytest.raises(InputError, match="cannot read it"):
         TensorReader(f.path)

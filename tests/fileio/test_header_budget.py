@@ -8,7 +8,7 @@ import pytest
 from dflash_gguf.fileio import header_records as hr
 from dflash_gguf.fileio.gguf_constants import GGUFValueType as V
 from dflash_gguf.fileio.gguf_header import parse_header_bytes
-from dflash_gguf.fileio.gguf_reader import describe_kv
+from dflash_gguf.fileio.gguf_kv import describe_kv
 from dflash_gguf.fileio.header_errors import LimitError
 from dflash_gguf.fileio.types import KV, NumberArray
 from tests.fileio.test_gguf_header import ARR, STR, U32, U64, build, kv, s, ti

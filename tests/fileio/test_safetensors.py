@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from safetensors.numpy import save_file
 
-from dflash_gguf.errors import OutputError, WeightsError
+from dflash_gguf.errors import InputError, WeightsError
 from dflash_gguf.fileio.safetensors import SourceTensor, iter_raw, read_header, read_inventory, read_raw, to_f32
 
 from tests.conftest import BROKEN, DRAFTERS
@@ -84,7 +84,7 @@ def test_sharded_index(tmp_path):
         read_inventory(tmp_path)
 
 
-# --- header entries of the wrong type: each used to escape as a TypeError or be accepted ----------
+# --- header entries of the wrong type: each must be refused, not a TypeError or accepted ----------
 def entry(**over):
     return {"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8], **over}}
 
@@ -138,11 +138,11 @@ def test_unparseable_header_json(tmp_path, blob):  # RecursionError / ValueError
         read_header(raw_file(tmp_path / "j.safetensors", blob))
 
 
-def test_unreadable_file_is_an_output_error(tmp_path):
+def test_unreadable_file_is_an_input_error(tmp_path):
     (tmp_path / "model.safetensors").mkdir()  # was IsADirectoryError
-    with pytest.raises(OutputError, match="cannot read"):
+    with pytest.raises(InputError, match="cannot read"):
         read_header(tmp_path / "model.safetensors")
-    with pytest.raises(OutputError, match="no model.safetensors"):
+    with pytest.raises(InputError, match="no model.safetensors"):
         read_inventory(tmp_path)
 
 

@@ -12,7 +12,6 @@ from dflash_gguf.errors import GGUFFormatError
 from dflash_gguf.fileio.types import KV
 from dflash_gguf.formats import DFLASH_DRAFT, LUCEBOX, MAINLINE, meta_from_gguf
 from dflash_gguf.formats.meta import without_mask
-from dflash_gguf.fileio.gguf_reader import get_bool, get_bools, get_float, get_int, get_ints, get_str
 
 SHAPES = {"fc.weight": (64, 256), "enc.output_norm.weight": (64,), "blk.0.attn_norm.weight": (64,)}
 
@@ -99,7 +98,7 @@ def test_missing_block_count_still_says_missing():
 
 
 def test_vocab_only_from_a_string_array():
-    tokens = KV("tokenizer.ggml.tokens", "abc", V.STRING)  # len("abc") used to become the vocab size
+    tokens = KV("tokenizer.ggml.tokens", "abc", V.STRING)  # len("abc") must not become the vocab size
     _, meta = meta_from_gguf({**mainline(), "tokenizer.ggml.tokens": tokens}, SHAPES, "d.gguf")
     assert meta.vocab_size is None and tokens in meta.tokenizer
 
@@ -125,26 +124,6 @@ def test_fork_formats_type_check_their_keys(fmt, arch, prefix):
                      (f"{prefix}.target_layer_ids", KV("", ("a", "b"), V.ARRAY, V.STRING))):
         with pytest.raises(GGUFFormatError, match=f"key {key} .*has unexpected types"):
             meta_from_gguf({**kvs, key: KV(key, bad.value, bad.type, bad.sub_type)}, shapes, "d.gguf")
-
-
-def test_typed_accessors():
-    kvs = {"i": KV("i", 7, V.INT64), "f": KV("f", 0.5, V.FLOAT32), "n": KV("n", math.nan, V.FLOAT32),
-           "b": KV("b", True, V.BOOL), "s": KV("s", "yarn", V.STRING), "bb": KV("bb", (True, False), V.ARRAY, V.BOOL),
-           "ii": KV("ii", (3,), V.ARRAY, V.UINT8), "z": KV("z", -0.0, V.FLOAT32)}
-    used: set[str] = set()
-    assert get_int(kvs, "i", used) == 7 and used == {"i"}
-    assert get_int(kvs, "missing", used, required=False) is None
-    assert get_float(kvs, "f", None) == 0.5 and get_float(kvs, "i", None) == 7.0
-    assert get_bool(kvs, "b", None) is True and get_str(kvs, "s", None) == "yarn"
-    assert get_bools(kvs, "bb", None) == (True, False) and get_ints(kvs, "ii", None) == (3,)
-    for fn, key in ((get_float, "n"), (get_bool, "i"), (get_str, "i"), (get_bools, "ii"), (get_ints, "bb"),
-                    (get_int, "f"), (get_int, "b")):
-        with pytest.raises(GGUFFormatError, match=f"key {key} has unexpected types"):
-            fn(kvs, key, None, path="")
-    with pytest.raises(GGUFFormatError, match="a positive finite number"):
-        get_float(kvs, "z", None, positive=True)
-    with pytest.raises(GGUFFormatError, match="required key nope is missing"):
-        get_int(kvs, "nope", None, path="p")
 
 
 def _keys(fmt, meta) -> list[str]:

@@ -44,7 +44,8 @@ TOTAL = int(os.environ.get("DFLASH_FUZZ_EXAMPLES", "400"))
 CASE_TIMEOUT_S = float(os.environ.get("DFLASH_FUZZ_CASE_TIMEOUT", "30"))
 # What convert may answer (docs/exit-codes.md): success, or one of the failure classes it raises.
 CONVERT_CODES = {0} | {c.exit_code for c in (errors.UsageError, errors.ConfigError, errors.WeightsError,
-                                              errors.OutputError, errors.TargetError, errors.QuantizationError)}
+                                              errors.InputError, errors.OutputError, errors.TargetError,
+                                              errors.QuantizationError)}
 
 
 def fuzz_settings(weight: float):
@@ -447,7 +448,7 @@ def test_fuzz_sharded_index(case, extra):
 def _list_dtype(d: Path) -> None:
     cfg, header, data = BASE["qwen3-flat"]
     header = json.loads(json.dumps(header))
-    header["fc.weight"]["dtype"] = ["BF16"]  # the case that used to be a TypeError traceback
+    header["fc.weight"]["dtype"] = ["BF16"]  # a list where a string belongs: one line, not a TypeError traceback
     write_dir(d, cfg, st_bytes(header, data))
 
 
@@ -456,7 +457,7 @@ SUBPROCESS_CASES = [
     ("dtype-is-a-list", _list_dtype, errors.WeightsError.exit_code),
     ("config-not-json", lambda d: (write_dir(d, {}, st_bytes(*BASE["qwen3-flat"][1:])),
                                    (d / "config.json").write_bytes(b"{\x80")), errors.ConfigError.exit_code),
-    ("no-weights", lambda d: write_dir(d, BASE["qwen3-flat"][0], None), errors.OutputError.exit_code),
+    ("no-weights", lambda d: write_dir(d, BASE["qwen3-flat"][0], None), errors.InputError.exit_code),
 ]
 
 

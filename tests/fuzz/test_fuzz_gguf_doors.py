@@ -915,7 +915,7 @@ def test_regression_wrong_types(corpus, argv, kv):
 
 
 def test_regression_inspect_names_the_drafter_problem(corpus):
-    """inspect used to crash on a drafter whose file_type was a string; now it exits 0, keeps the
+    """inspect on a drafter whose file_type is a string exits 0, keeps the
     format it detects from the architecture, and says what is wrong in ``drafter_problem``."""
     bad = KVItem("dflash.target_layers", [1.5, 2.5], V.ARRAY, V.FLOAT32)
     data = _variant(corpus, "qwen3-flat-llama.cpp", kvs={bad.key: bad})
@@ -951,8 +951,8 @@ def _zero_rows(ts):
 
 
 def test_regression_quantize_zero_element_tensor(corpus):
-    """quantize used to hand the writer a 0-byte chunk for a tensor with a 0 dimension
-    (TypeError from memoryview.cast); now it writes no chunk for it."""
+    """quantize hands the writer no chunk for a tensor with a 0 dimension (a 0-byte chunk would be
+    a TypeError from memoryview.cast)."""
     data = _variant(corpus, "qwen3-flat-llama.cpp", tensors=_zero_rows)
     _assert_clean(_run_case("regression", data, lambda i, o: ["quantize", i, o / "q.gguf", "q8_0"], {0}, out="q.gguf"))
 

@@ -251,18 +251,6 @@ for src, dst, ftype in zip(*[iter(sys.argv[1:])] * 3):
 DSPARK_QUANT = [(c, f, i) for c in ("qwen3-reduced", "speculator", "gemma4") for f, i in (("q8_0", 7), ("q4_k_m", 15))]
 
 
-def test_dspark_layout_copies_d2t_and_drops_outer_ones():
-    from gguf import GGMLQuantizationType as Q
-
-    from dflash_gguf.quants.layout import requantize_layout
-
-    _, entries = requantize_layout([], [("d2t", (200,), Q.I64), ("conf_proj.weight", (1, 96), Q.BF16),
-                                        ("markov_w1.weight", (512, 32), Q.BF16)], "q8_0")
-    got = {e.name: (e.shape, e.ggml_type, e.quantized) for e in entries}
-    assert got == {"d2t": ((200,), Q.I64, False), "conf_proj.weight": ((96,), Q.BF16, False),
-                   "markov_w1.weight": ((512, 32), Q.Q8_0, True)}
-
-
 @pytest.mark.parametrize("case", ["qwen3-reduced", "gemma4"])
 @pytest.mark.parametrize("ftype", ["q8_0", "q4_k_m"])
 def test_dspark_convert_outtype_equals_convert_then_quantize(cli, dspark, tmp_path, case, ftype):

@@ -114,19 +114,3 @@ def backend(request):
     _numba.set_enabled(prev)
 
 
-@pytest.mark.skipif(not _numba.AVAILABLE, reason="numba is not installed")
-@pytest.mark.parametrize("nsub,lanes", [(32, 32), (16, 64), (32, 64), (16, 16)])
-def test_to_lanes_tiles_and_tail(nsub, lanes):
-    """common.to_lanes: 8x8 register tiles for whole groups, element by element for the last,
-    partial one (zero lanes past the end)."""
-    from dflash_gguf.quants._numba.common import to_lanes
-
-    per = 256 // nsub
-    nb = 3 * lanes // per + 1
-    blocks = np.random.default_rng(5).standard_normal((nb, 256)).astype(np.float32)
-    flat = np.concatenate([blocks.reshape(-1), np.zeros(lanes * nsub, np.float32)])
-    for b0 in range(0, nb, lanes // per):
-        x = np.full((nsub, lanes), np.nan, np.float32)
-        to_lanes(blocks, b0, nsub, x)
-        lane_major = flat[b0 * 256:b0 * 256 + lanes * nsub].reshape(lanes, nsub)
-        assert np.array_equal(x, lane_major.T), b0

@@ -24,7 +24,6 @@ from dflash_gguf.quants import (
     type_size,
 )
 from dflash_gguf.quants import _numba
-from dflash_gguf.quants.base import seq_sum
 
 GOLDEN = Path(__file__).resolve().parents[2].parent / "shared" / "golden" / "ggml_quant_golden.npz"
 TYPES = ["q8_0", "q4_0", "q5_0", "q4_1", "q5_1", "q4_K", "q5_K", "q6_K", "bf16", "f16"]
@@ -140,37 +139,6 @@ def test_threads_and_chunking_do_not_change_bytes(golden, qtype, backend):
         cls.chunk_values = old
 
 
-def test_matches_gguf_py_where_it_is_exact():
-    # gguf-py 0.19's Q8_0 is byte-exact with ggml; ours must agree on fresh data too.
-    import gguf
-
-    rng = np.random.default_rng(7)
-    x = (rng.standard_normal((64, 512)) * rng.uniform(1e-3, 10, (64, 1))).astype(np.float32)
-    assert np.array_equal(quantize(x, "q8_0"), gguf.quantize(x, GGMLQuantizationType.Q8_0))
-
-
-@pytest.mark.skipif(not _numba.AVAILABLE, reason="numba is not installed")
-@pytest.mark.parametrize("qtype", sorted(NUMBA_KERNELS))
-def test_backends_agree_on_fresh_data(qtype):
-    # Two independent implementations (vectorised numpy, the compiled mirror of the C) on 2^20 new
-    # values each run: rows of very different scales, bf16-representable rows, zero and
-    # constant sub-blocks, positive-only rows.
-    rng = np.random.default_rng()
-    x = (rng.standard_normal((256, 4096)) * np.exp(rng.uniform(-25, 8, (256, 1)))).astype(np.float32)
-    x[::5] = (x[::5].view(np.uint32) & 0xFFFF0000).view(np.float32)
-    x[1::7, 64:96] = 0
-    x[2::7, :256] = 0.25
-    x[3::7] = np.abs(x[3::7])
-    prev = _numba.set_enabled(False)
-    try:
-        want = quantize(x, qtype)
-        _numba.set_enabled(True)
-        got = quantize(x, qtype)
-    finally:
-        _numba.set_enabled(prev)
-    assert np.array_equal(got, want), describe_mismatch(x, got, want, qtype)
-
-
 @pytest.mark.parametrize("qtype", sorted(NUMBA_KERNELS))
 def test_backend_switch_picks_the_kernel(monkeypatch, qtype):
     # Guards the two-backend tests above: each must run the implementation it names.
@@ -242,76 +210,6 @@ def test_numba_starts_without_scipy_and_leaves_it_importable():
 
 
 @pytest.mark.skipif(not _numba.AVAILABLE, reason="numba is not installed")
-def test_numba_fp16_conversion_matches_numpy():
-    # ggml_compute_fp32_to_fp16 / fp16_to_fp32 as compiled: against NumPy's casts (identical to
-    # ggml's for every non-NaN input) on a stride through all 2^32 float32 bit patterns plus
-    # every pattern around the fp16 rounding/subnormal/overflow boundaries.
-    from dflash_gguf.quants._numba import common
-
-    strided = np.arange(0, 1 << 32, 4093, dtype=np.uint64)
-    edges = np.array([0x33000000, 0x33800000, 0x38800000, 0x387FE000, 0x477FE000, 0x477FF000, 0x7F800000], np.uint64)
-    near = (edges[:, None] + np.arange(-4096, 4096, dtype=np.int64)[None, :].astype(np.uint64)).reshape(-1)
-    u = np.concatenate([strided, near, near | np.uint64(0x80000000)]).astype(np.uint32)
-    f = u.view(np.float32)
-    f = f[~np.isnan(f)]
-    bits, back = common.fp16_convert(f)
-    with np.errstate(over="ignore"):  # the overflow to inf is part of what is checked
-        want = f.astype(np.float16)
-    assert np.array_equal(bits, want.view(np.uint16).astype(np.int64))
-    assert np.array_equal(back.view(np.uint32), want.astype(np.float32).view(np.uint32))
-    halves = np.arange(1 << 16, dtype=np.uint16).view(np.float16)
-    halves = halves[~np.isnan(halves)].astype(np.float32)
-    assert np.array_equal(common.fp16_convert(halves)[1].view(np.uint32), halves.view(np.uint32))
-
-
-@pytest.mark.skipif(not _numba.AVAILABLE, reason="numba is not installed")
-def test_round_clamp_is_nearest_int_clamped():
-    # The hot loops' levels (np.rint + two clamps) against ggml's nearest_int clamped, bit for
-    # bit, wherever callers use it (|v| <= NEAREST_INT_LIMIT): every half-integer tie (to
-    # even), its float32 neighbours, the range's ends, and -0.5 < v < 0, where rint gives -0
-    # and the magic sum +0 (the same level once clamped at 0, and harmless below, see common).
-    import numba
-
-    from dflash_gguf.quants._numba import common
-
-    @numba.njit(**{**common.JIT_OPTIONS, "cache": False})
-    def both(v, lo, hi, got, want):
-        for i in range(v.size):
-            got[i] = common.round_clamp(v[i], lo, hi)
-            want[i] = np.float32(max(lo, min(hi, np.float32(common.nearest_int(v[i])))))
-
-    lim = float(common.NEAREST_INT_LIMIT)
-    ties = np.arange(-40.5, 41, 1.0, dtype=np.float32)
-    v = np.concatenate([ties, np.nextafter(ties, np.float32(np.inf)), np.nextafter(ties, np.float32(-np.inf)),
-                        np.float32([0.0, -0.0, -0.3, -1e-30, 1e-45, lim, -lim, 4194302.5, -4194302.5]),
-                        np.random.default_rng(5).uniform(-70, 70, 20000).astype(np.float32)])
-    for lo, hi in ((0, 15), (0, 31), (-32, 31), (-128, 127)):
-        got, want = np.empty_like(v), np.empty_like(v)
-        both(v, np.float32(lo), np.float32(hi), got, want)
-        if lo == 0:  # the Q4_K/Q5_K levels are stored and reused: the same bits, sign of zero included
-            assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
-        else:
-            assert np.array_equal(got, want)
-
-
-@pytest.mark.skipif(not _numba.AVAILABLE, reason="numba is not installed")
-def test_numba_bf16_decode_every_pattern():
-    # quants/gguf_file.py's BF16 input path: every one of the 2^16 patterns becomes the top half
-    # of its float32, and the first inf/NaN (exponent all ones) is found wherever it is.
-    decode = _numba.kernel("bf16_to_f32")
-    h = np.arange(1 << 16, dtype=np.uint16)
-    finite = h[(h & 0x7F80) != 0x7F80]
-    x = np.empty(finite.size, np.float32)
-    assert decode(finite, x.view(np.uint32)) == -1
-    assert np.array_equal(x.view(np.uint32), finite.astype(np.uint32) << 16)
-    assert np.array_equal(x, dequantize(finite.view(np.uint8), "bf16", finite.shape).view(np.float32))
-    for bad in (0x7F80, 0xFF80, 0x7FC0, 0xFFFF, 0x7F81):
-        y = finite[:5000].copy()
-        y[4321], y[4900] = bad, 0x7F80
-        assert decode(y, np.empty(y.size, np.uint32)) == 4321
-
-
-@pytest.mark.skipif(not _numba.AVAILABLE, reason="numba is not installed")
 @pytest.mark.parametrize("kernel", sorted(NUMBA_KERNELS.values()) + ["q4_k_values", "q5_k_values", "q6_k_values"])
 def test_numba_kernels_compile_to_plain_float32(kernel):
     # What makes the kernels bit-exact besides their source: no float64 anywhere (a Python float
@@ -349,21 +247,6 @@ def test_non_finite_is_refused_with_name_and_index(bad, qtype):
         quantize(x, qtype, name="blk.0.attn_q.weight")
     msg = str(e.value)
     assert "blk.0.attn_q.weight" in msg and "(2, 300)" in msg and str(float(bad)) in msg
-
-
-def test_non_finite_first_index_across_chunks_and_threads():
-    from dflash_gguf.quants.q8_0 import Q8_0
-
-    x = np.ones((64, 256), np.float32)
-    x[50, 7] = np.nan
-    x[10, 3] = np.inf
-    old = Q8_0.chunk_values
-    try:
-        Q8_0.chunk_values = 256
-        with pytest.raises(QuantizationError, match=r"\(10, 3\)"):
-            quantize(x, "q8_0", name="w", threads=2)
-    finally:
-        Q8_0.chunk_values = old
 
 
 @pytest.mark.parametrize("qtype,ncols", [("q8_0", 48), ("q4_K", 4096 + 32), ("q6_K", 100), ("q5_0", 31)])
@@ -418,18 +301,6 @@ def test_package_level_exports():
     x = np.linspace(-1, 1, 256, dtype=np.float32)
     assert np.array_equal(dflash_gguf.quantize(x, "q4_K"), quantize(x, "q4_K"))
     assert dflash_gguf.dequantize is dequantize
-
-
-def test_seq_sum_is_sequential():
-    # 1 + 2^25 rounds back to 2^25 in float32, so only left-to-right order gives 0 here.
-    a = np.zeros((32, 3), np.float32)
-    a[0] = 1
-    a[1] = 2.0**25
-    a[2] = -(2.0**25)
-    assert seq_sum(a).tolist() == [0.0, 0.0, 0.0]
-    assert seq_sum(a[:, :1]).tolist() == [0.0]  # the single-column path too
-    neg = np.full((16, 2), -0.0, np.float32)
-    assert np.signbit(seq_sum(neg, from_zero=False)).all() and not np.signbit(seq_sum(neg)).any()
 
 
 # --- the live C library, when llama-cpp-python is installed -------------------------------------

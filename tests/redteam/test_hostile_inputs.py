@@ -165,7 +165,7 @@ def _target(tmp_path: Path, src: Path = TARGET_DIR, **values) -> Path:
 
 @pytest.mark.parametrize("src,vocab", [(TARGET_DIR, 2**31 - 1), (TARGET_DIR, 10**7), (SPM_TARGET_DIR, 10**7)])
 def test_target_vocab_size_far_past_its_tokenizer(tmp_path, src, vocab):
-    """vocab_size sizes the ``[PAD{i}]`` list of a rebuilt vocabulary: 2**31 - 1 used to build it
+    """vocab_size sizes the ``[PAD{i}]`` list of a rebuilt vocabulary: unbounded, 2**31 - 1 would build it
     (MemoryError after 30 s and 6 GB; 10**7: ~1 GB). The drafter claims the same size, so the
     drafter-vs-target check (made first) passes and the tokenizer's own bound must hold."""
     pytest.importorskip("tokenizers" if src == TARGET_DIR else "sentencepiece")

@@ -1,4 +1,4 @@
-"""The reference drafter against a float64 re-derivation of the issue's equations, plus its parts."""
+"""The reference drafter against a float64 re-derivation of the DFlash equations, plus its parts."""
 from __future__ import annotations
 
 import json

@@ -12,7 +12,6 @@ torch = pytest.importorskip("torch")
 from dflash_gguf.errors import WeightsError  # noqa: E402
 from dflash_gguf.reference import generate, greedy_decode, load_drafter, load_target, teacher_forced, tiny  # noqa: E402
 from dflash_gguf.reference.common import RopeTable  # noqa: E402
-from dflash_gguf.reference.drafting import block_shape  # noqa: E402
 from dflash_gguf.reference.dspark import (  # noqa: E402
     ConfidenceHead, MarkovHead, chain, check_vocab_maps, layout_from_state,
 )
@@ -101,16 +100,6 @@ def test_sampled_chain_conditions_on_the_sample_and_widens_q():
         torch.testing.assert_close(d.probs[0, 1, [1, 3, 0]], q1)
     again = chain(_hand_drafter(), HIDDEN, BASE, ANCHOR, 1.0, generator=torch.Generator().manual_seed(0))
     assert torch.equal(again.tokens, d.tokens)
-
-
-def test_block_shape_by_anchor_convention():
-    anchor = SimpleNamespace(is_dspark=True, first_draft_slot=0)
-    bonus = SimpleNamespace(is_dspark=True, first_draft_slot=1)
-    dflash = SimpleNamespace(is_dspark=False)
-    assert block_shape(anchor, 4, 100) == (4, 0, 4)  # B slots, B drafts
-    assert block_shape(bonus, 4, 100) == (4, 1, 3)  # slot 0 is a bonus anchor: B − 1 drafts
-    assert block_shape(anchor, 4, 3) == (4, 0, 2)  # full width, drafts cut to the room left
-    assert block_shape(dflash, 4, 3) == (3, 1, 2)  # DFlash shrinks the block instead (z-lab)
 
 
 def test_vocab_maps_are_checked():

@@ -131,7 +131,7 @@ def test_drafter_key_of_the_wrong_type(flat_gguf, tmp_path, key, spec, match):
 
 
 def test_drafter_block_count_must_match_the_tensors(flat_gguf, tmp_path):
-    """A corrupt block_count (here 100,000) used to have the reference build that many layers."""
+    """A corrupt block_count (here 100,000) must not have the reference build that many layers."""
     from gguf import GGUFValueType as V
 
     from dflash_gguf.errors import GGUFFormatError
@@ -157,7 +157,7 @@ def test_drafter_sliding_window_pattern_is_checked(flat_gguf, tmp_path):
 
 
 def test_drafter_tensor_of_an_undequantizable_type_is_a_weights_error(flat_gguf, tmp_path):
-    """An I8 tensor used to end in a QuantizationError (exit 8) naming no file or tensor."""
+    """An I8 tensor is a WeightsError naming the file and tensor (not a bare QuantizationError, exit 8)."""
     from gguf import GGMLQuantizationType as Q
 
     from dflash_gguf.errors import WeightsError

@@ -153,17 +153,6 @@ def test_unsupported_architecture_and_vocab_overflow(tmp_path):
 
 
 @needs_libs
-def test_gemma4_needs_a_byte_fallback_bpe_tokenizer(tmp_path):
-    # Gemma 4 goes through gguf-py's LlamaHfVocab (transformers' AutoTokenizer), which wants a
-    # byte-fallback BPE tokenizer.json
-    pytest.importorskip("transformers", reason="transformers is not installed (the [test] extra): gguf-py's "
-                                               "LlamaHfVocab reads a Gemma 4 tokenizer through it")
-    d = make_target(tmp_path / "g", QWEN_TOK, qwen_config(architectures=["Gemma4ForConditionalGeneration"]))
-    with pytest.raises(TargetError, match="not a tokenizer gguf-py's LlamaHfVocab reads.*--target-gguf"):
-        target_from_hf_dir(d)
-
-
-@needs_libs
 def test_text_config_nesting(tmp_path):
     # Multimodal targets nest the text model; llama.cpp dispatches on text_config.architectures.
     inner = qwen_config()

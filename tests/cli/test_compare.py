@@ -1,11 +1,11 @@
-"""`compare-weights` on the command line: table, summary, JSON, exit codes, one-line errors."""
+"""`compare-weights` on the command line (cli/compare.py): table, summary, JSON, exit codes, one-line errors."""
 from __future__ import annotations
 
 import json
 
 import pytest
 
-from tests.compare.conftest import LLAMA_GGUF, rewrite, tensor_bytes
+from tests.compare.conftest import LLAMA_GGUF, converted, rewrite, tensor_bytes  # noqa: F401  (converted: a fixture)
 from tests.conftest import DRAFTERS
 
 
@@ -82,3 +82,23 @@ def test_cli_bad_inputs_one_line_each(cli, converted, tmp_path):
     assert c == 6 and "not a DFlash drafter" in err and json.loads(out)["exit_code"] == 6
     c, _, err = cli("compare-weights", tmp_path, good)  # a dir without weights
     assert c == 5 and "model.safetensors" in err
+
+
+def test_rows_sort_failures_first_then_by_error():
+    from types import SimpleNamespace as T
+
+    from dflash_gguf.cli.compare import _key
+    from dflash_gguf.compare.report import BIT_IDENTICAL, EXTRA, MISSING, OUT, SHAPE_MISMATCH, WITHIN
+
+    rows = [T(status=BIT_IDENTICAL, rel_rms=0.0, name="a"), T(status=WITHIN, rel_rms=0.01, name="b"),
+            T(status=WITHIN, rel_rms=0.03, name="c"), T(status=OUT, rel_rms=float("nan"), name="d"),
+            T(status=OUT, rel_rms=0.5, name="e"), T(status=EXTRA, rel_rms=None, name="f"),
+            T(status=SHAPE_MISMATCH, rel_rms=None, name="g"), T(status=MISSING, rel_rms=None, name="h")]
+    assert [r.name for r in sorted(rows, key=_key)] == ["h", "g", "f", "d", "e", "c", "b", "a"]
+
+
+def test_numbers_in_the_table():
+    from dflash_gguf.cli.compare import _num
+
+    assert [_num(None), _num(0.0123456), _num(1.0, ".6f"), _num(float("inf")), _num(7)] == [
+        "-", "0.0123", "1.000000", "inf", "7"]

@@ -1,4 +1,4 @@
-"""compare-weights on DSpark drafters (compare/dspark.py): every tensor paired, Gemma4's own
+"""compare-weights on DSpark drafters (compare/api.py, compare/integers.py): every tensor paired, Gemma4's own
 names, d2t compared as integers after the absolute-id transform, t2d / a full-vocab lm_head
 noted as dropped by design."""
 from __future__ import annotations

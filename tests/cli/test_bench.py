@@ -1,0 +1,63 @@
+"""`bench` on the command line (cli/bench.py): the table and the JSON on stdout against the fake
+llama-server, the flag checks made before a server is looked for, and the helpers that split
+--server-args, name --server URLs and draw the table's cells."""
+import json
+from types import SimpleNamespace
+
+import pytest
+
+from dflash_gguf.cli.bench import _named_url, _pm, _spark, _split_args
+from dflash_gguf.errors import UsageError
+from tests.bench.conftest import TARGET, drafters, fake_bin, fake_env  # noqa: F401  (fixtures)
+
+
+def test_table_on_stdout(cli, tmp_path, fake_bin, fake_env, drafters):
+    code, so, se = cli("bench", "--server-bin", fake_bin, "--target", TARGET, "--drafter", drafters["good"],
+                       "--suite", "maths", "--limit", 1, "--n-predict", 8, "--thinking", "off")
+    assert code == 0, se
+    assert "good.gguf" in so and "no-think" in so and "speed-up" in so and "│ think" not in so
+
+def test_json_to_stdout(cli, fake_bin, fake_env, drafters):
+    code, so, se = cli("bench", "--server-bin", fake_bin, "--target", TARGET, "--drafter", drafters["good"],
+                       "--suite", "chat", "--limit", 1, "--n-predict", 8, "--json", "-")
+    assert code == 0, se
+    assert json.loads(so)["schema"] == "dflash-gguf.bench/1"
+
+
+@pytest.mark.parametrize("args,says", [
+    (["--target", TARGET, "--server-log", "x.log"], "--server-log reads the log of a running server: use it with --server"),
+    (["--target", TARGET, "--json", "/nonexistent-dir/r.json"], "--json /nonexistent-dir/r.json: directory /nonexistent-dir does not exist"),
+    (["--target", "/nonexistent/t.gguf"], "--target /nonexistent/t.gguf: no such file"),
+    (["--target", TARGET, "--drafter", "/nonexistent/d.gguf"], "--drafter /nonexistent/d.gguf: no such file"),
+    (["--server", "ftp://h:1"], "--server 'ftp://h:1': expected [NAME=]http://HOST:PORT"),
+    (["--target", TARGET, "--server-args", "-ngl '99"], "--server-args \"-ngl '99\": cannot split it into flags"),
+])
+def test_refused_before_a_server_is_looked_for(cli, fake_env, args, says):
+    code, so, se = cli("bench", "--server-bin", "/nonexistent/llama-server", *args)
+    assert code == 2 and says in se and len(se.strip().splitlines()) == 1
+    assert so == "" and not fake_env.exists()
+
+
+def test_split_args():
+    assert _split_args(None) == () and _split_args("") == ()
+    assert _split_args('-ngl 99 --alias "my model"') == ("-ngl", "99", "--alias", "my model")
+    with pytest.raises(UsageError, match="cannot split it into flags"):
+        _split_args("-a 'b")
+
+
+def test_named_urls():
+    assert _named_url("http://127.0.0.1:8080", 0) == ("server", "http://127.0.0.1:8080")
+    assert _named_url("http://h:1", 2) == ("server3", "http://h:1")  # unnamed ones numbered by position
+    assert _named_url("fast=http://h:1/v1", 0) == ("fast", "http://h:1/v1")
+    assert _named_url("http://h:1/?a=b", 1) == ("server2", "http://h:1/?a=b")  # '=' inside a URL is not a name
+    with pytest.raises(UsageError, match="expected \\[NAME=\\]http://HOST:PORT"):
+        _named_url("fast=h:1", 0)
+
+
+def test_table_cells():
+    assert _pm(None) == "-"
+    assert _pm(SimpleNamespace(mean=1.23456, sd=0.5, values=[1.2])) == "1.235"  # one run: no spread
+    assert _pm(SimpleNamespace(mean=2.0, sd=0.25, values=[1.75, 2.25]), ".2f", "x") == "2.00x ± 0.25"
+    assert _spark([]) == "-" and _spark([0, 0]) == "-"
+    # eighths of the largest count, rounded; an empty bucket is a blank
+    assert _spark([0, 1, 2, 4, 8]) == " ▂▃▅█"

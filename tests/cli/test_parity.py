@@ -1,0 +1,62 @@
+"""`parity` on the command line (cli/parity.py): the flag checks made before anything runs, the
+report on stdout or in a file, and the text lines against the JSON report of the same run."""
+import json
+
+import pytest
+
+from dflash_gguf.cli.parity import _kl_cells
+from tests.conftest import DRAFTERS
+from tests.parity.conftest import PROMPT, QWEN
+
+
+@pytest.mark.parametrize("args,needle", [
+    ((), "exactly one of"),
+    (("--prompt-ids", "1,x"), "comma-separated"),
+    (("--prompt-ids", "1,99999"), "outside the target's vocabulary"),
+])
+def test_bad_inputs_are_one_line(cli, tmp_path, args, needle):
+    if "vocabulary" in needle:  # checked against the loaded target: the run needs torch
+        pytest.importorskip("torch", reason="torch is not installed (the [torch] extra)")
+    code, so, se = cli("parity", "--target", QWEN, "--drafter", DRAFTERS / "qwen3-flat", "--device", "cpu", *args)
+    assert code == 2 and needle in se and "Traceback" not in se
+
+
+@pytest.mark.parametrize("args,says", [
+    (("--prompt-ids", "1,5", "--dtype", "float16"), "--dtype 'float16': choose float32 or bfloat16"),
+    (("--prompt-ids", "1,5", "--target-quant", "q3_k"), "--target-quant 'q3_k': choose q8_0 or q4_k_m"),
+    (("--prompt-ids", "1,5", "--prompt", "hi"), "give exactly one of --prompt-ids, --prompt, --prompts-file"),
+    (("--prompt-ids", "1,5", "--json", DRAFTERS / "qwen3-flat" / "config.json"), "is one of this command's inputs"),
+])
+def test_refused_before_the_run(cli, args, says):
+    code, so, se = cli("parity", "--target", QWEN, "--drafter", DRAFTERS / "qwen3-flat", "--device", "cpu", *args)
+    assert code == 2 and says in se and so == "" and len(se.strip().splitlines()) == 1
+
+
+def test_kl_cells_as_llama_perplexity_prints_them():
+    assert _kl_cells({"positions": 0}) == ("-",) * 5
+    kl = {"positions": 9, "mean": 0.0125, "mean_uncertainty": 0.0004, "median": 0.01, "p99": None, "max": 3.0,
+          "same_top": 0.875, "same_top_uncertainty": 0.0123}
+    assert _kl_cells(kl) == ("0.0125 ± 0.0004", "0.01", "inf", "3", "87.50 ± 1.23 %")
+
+
+def test_the_text_report_is_the_json_report(cli, tmp_path):
+    pytest.importorskip("torch", reason="torch is not installed (the [torch] extra)")
+    rep = tmp_path / "r.json"
+    code, so, se = cli("parity", "--target", QWEN, "--drafter", DRAFTERS / "qwen3-flat", "--prompt-ids", PROMPT,
+                       "--max-new-tokens", 10, "--device", "cpu", "--json", rep)
+    assert code == 0, se
+    doc = json.loads(rep.read_text())
+    a = doc["pooled"]["reference"]["acceptance"]
+    line = (f"reference: acc per pos {' '.join(f'{x:.2f}' for x in a['per_position'])}; "
+            f"histogram (0..{len(a['histogram']) - 1} accepted) {' '.join(map(str, a['histogram']))}; "
+            f"drift {a['drift']['first']:.3f} → {a['drift']['last']:.3f}")
+    assert line in so.splitlines()
+    n = len(PROMPT.split(","))
+    assert so.splitlines()[0].startswith(f"prompt of {n} tokens, 10 new, block {doc['settings']['block_size']}")
+    # '-': the JSON document alone on stdout, the same numbers
+    code, so, se = cli("parity", "--target", QWEN, "--drafter", DRAFTERS / "qwen3-flat", "--prompt-ids", PROMPT,
+                       "--max-new-tokens", 10, "--device", "cpu", "--json", "-")
+    assert code == 0, se
+    again = json.loads(so)
+    assert again["reference"]["new_ids"] == doc["reference"]["new_ids"]
+    assert again["pooled"]["reference"]["acceptance"]["histogram"] == a["histogram"]
