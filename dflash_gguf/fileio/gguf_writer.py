@@ -19,11 +19,18 @@ Bytes that go out unchanged (a bf16 tensor kept bf16; a retargeted GGUF's tensor
 ``FileSpan`` and go out by ``write`` straight from a read-only memory map of the source, a window
 at a time (``span_copy``): one copy, page cache to page cache, never through a Python
 object, and memory stays flat. Holes and zero pieces of a span are skipped the same way.
+
+Re-running onto an existing output (``force``) is as fast as a first write: every byte's blocks
+are allocated before it is written, so ext4 has nothing to flush when the new file is renamed over
+the old one, and the old file's page cache is dropped on a second thread meanwhile, so the new file
+reuses those pages (``span_copy.reserve`` and ``span_copy.release_cache`` say why).
 """
 from __future__ import annotations
 
 import os
+import stat
 import sys
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Sequence
@@ -33,7 +40,7 @@ from .ahead import ReadAhead
 from .gguf_constants import GGML_QUANT_SIZES, GGUF_DEFAULT_ALIGNMENT, GGMLQuantizationType, GGUFValueType
 from .kv_encode import encode_header, encode_kv_parts, encode_tensor_info
 from .outputs import atomic_output, check_output
-from .span_copy import FileSpan, copy_span, write_all, write_sparse
+from .span_copy import RELEASE_MIN_BYTES, FileSpan, copy_span, release_cache, reserve, write_all, write_sparse
 from .string_array import StringArray
 from .types import KV, NumberArray
 
@@ -97,8 +104,12 @@ def write_gguf(
         # A metadata-only drafter GGUF loads nowhere (ik_llama #2043); refuse to write one.
         raise OutputError(f"{path}: refusing to write a GGUF with no tensors")
     kvs = list(kvs)
+    releasing = _release_old_output(path) if out.force else None
     header, align = _header(arch, kvs, tensors)
     with atomic_output(out) as fout:
+        # Its blocks allocated up front, as the data's are (span_copy.reserve: no delayed
+        # allocation left for ext4 to flush when the file is renamed over an old one).
+        reserve(fout.fileno(), 0, sum(len(part) for part in header))
         for part in header:
             write_all(fout, memoryview(part))
         _pad(fout, fout.tell(), align)
@@ -106,8 +117,25 @@ def write_gguf(
         # The data may end in a hole (a seek writes nothing): the size must still cover it.
         fout.truncate(fout.tell())
         size = fout.tell()
+        if releasing is not None:
+            releasing.join()  # before the rename, which frees whatever it has not dropped yet
     return WriteReport(path=path, n_tensors=len(tensors), n_kv=len(kvs) + 1, file_size=size, tensor_bytes=total,
                        stale_removed=tuple(out.stale_removed))
+
+
+def _release_old_output(path: Path) -> threading.Thread | None:
+    """The page cache of the output about to be replaced, dropped on a second thread while this
+    one encodes the header and writes (span_copy.release_cache: the new file then gets those
+    pages, not memory the host has taken back). A daemon: an error or Ctrl-C does not wait for it."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    if not stat.S_ISREG(st.st_mode) or st.st_size < RELEASE_MIN_BYTES:
+        return None  # nothing the rename frees, or too little to be worth a thread
+    worker = threading.Thread(target=release_cache, args=(path,), name="release-old-output", daemon=True)
+    worker.start()
+    return worker
 
 
 def _header(arch: str, kvs: Sequence[KV], tensors: Sequence[TensorOut]) -> tuple[list[bytes], int]:
