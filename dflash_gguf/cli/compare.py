@@ -1,7 +1,8 @@
 """`compare-weights`: checkpoint (or GGUF) vs GGUF, tensor by tensor, with a verdict.
 
-Exit codes (docs/compare-weights.md): 0 every tensor bit-identical or within tolerance;
-20 at least one tensor out of tolerance, missing, extra or of the wrong shape; otherwise the
+Exit codes (docs/compare-weights.md): 0 every tensor bit-identical or within tolerance and every
+constant equal; 20 at least one tensor out of tolerance, missing, extra or of the wrong shape, or a
+constant that differs from what convert derives from config.json; otherwise the
 error classes' codes (2 usage, 4 corrupt safetensors, 5 not found, 6 corrupt / non-drafter GGUF).
 """
 from __future__ import annotations
@@ -31,6 +32,9 @@ NoRequantOpt = Annotated[bool, typer.Option(
     "--no-requantize", help="Do not re-encode the source into quantized types (faster for K-quants; no "
                             "bit-identical / expected-error answers for them).")]
 WorkersOpt = Annotated[Optional[int], typer.Option("--workers", min=1, help="Threads (default: CPUs, at most 4).")]
+NoConstantsOpt = Annotated[bool, typer.Option(
+    "--no-constants", help="Compare tensors only, not the keys convert would derive from config.json "
+                           "(theta, eps, taps, window, …).")]
 ProgressOpt = Annotated[bool, typer.Option("--progress/--no-progress", help="Progress bar (only on a terminal).")]
 
 
@@ -44,13 +48,14 @@ def compare_cmd(
     top: TopOpt = None,
     no_requantize: NoRequantOpt = False,
     workers: WorkersOpt = None,
+    no_constants: NoConstantsOpt = False,
     progress: ProgressOpt = True,
 ) -> None:
     """Is this GGUF a faithful copy of the checkpoint, and where does it lose precision?
 
-    Pairs every checkpoint tensor with its GGUF tensor through the file's format, checks shapes, and compares values: relative RMS error, max abs error and where, cosine, and the error of ggml's own encoding of the same data. Bytes equal to ggml's encoding are "bit-identical".
+    Pairs every checkpoint tensor with its GGUF tensor as convert's own plan does, checks shapes, and compares values: relative RMS error, max abs error and where, cosine, and the error of ggml's own encoding of the same data. Bytes equal to ggml's encoding are "bit-identical". Against a checkpoint, every key convert would derive from config.json (theta, rope scaling, eps, taps, block size, mask id, window, …) is compared with the file's too.
 
-    Exit 0 = every tensor bit-identical or within tolerance; 20 = not. Details: docs/compare-weights.md.
+    Exit 0 = every tensor bit-identical or within tolerance and every constant equal; 20 = not. Details: docs/compare-weights.md.
 
     Example: dflash-gguf compare-weights z-lab/Qwen3-8B-DFlash-b16 drafter-q8_0.gguf
     """
@@ -60,8 +65,9 @@ def compare_cmd(
         tolerances = parse_tolerances(tolerance or [])
         total = _planned_bytes(gguf)
         with byte_progress(total, f"comparing {gguf.name}", enabled=progress and not json_out) as advance:
+            extra = {} if source.is_file() else {"constants": not no_constants}
             report = compare(source, gguf, tolerances=tolerances, requantize=not no_requantize, workers=workers,
-                             progress=advance)
+                             progress=advance, **extra)
     except DflashError as exc:
         if json_out:  # CI parses stdout: a failure is still one JSON document
             print_json({"a": str(source), "b": str(gguf), "exit_code": exc.exit_code,
@@ -128,6 +134,8 @@ def render(r: CompareReport, top: int | None = None) -> None:
     for t in rows:
         if t.status not in (BIT_IDENTICAL, WITHIN) and t.detail:
             out.print(f"  {t.status}: {t.name}: {t.detail}", markup=False)
+    for c in r.constants_differing:
+        out.print(f"  constant {c.status}: {c.detail}", markup=False)
     for n in r.notes:
         out.print(f"  note: {n}", markup=False)
     style = "green" if r.passed else "red"

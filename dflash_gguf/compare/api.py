@@ -28,6 +28,7 @@ from ..fileio.safetensors import FLOAT_DTYPES, read_inventory
 from ..formats import Format, meta_from_gguf
 from ..formats.names import OUTPUT, ROPE_FREQS, TOKEN_EMBD
 from .diagnose import diagnose_failures, flag_outliers
+from .constants import compare_constants
 from .integers import int_pair_row, is_integer_table, table_row
 from .engine import default_workers, make_pair, run_pairs
 from .report import EXTRA, MISSING, OUT, CompareReport, TensorComparison
@@ -45,10 +46,12 @@ def compare_weights(
     requantize: bool = True,
     workers: int | None = None,
     progress: Callable[[int], None] | None = None,
+    constants: bool = True,
 ) -> CompareReport:
     """Compare a drafter checkpoint (safetensors dir) with a GGUF converted from it: each
     checkpoint tensor is paired where the conversion plan for the file's format sends it
-    (``convert.plan.route_tensors``), with the plan's transform applied to the checkpoint side.
+    (``convert.plan.route_tensors``), with the plan's transform applied to the checkpoint side;
+    with ``constants``, every key convert would write is compared too (``compare.constants``).
 
     Raises:
         InputError: the dir has no weights, or the GGUF does not exist.
@@ -68,6 +71,9 @@ def compare_weights(
     report = CompareReport(_CHECKPOINT_MODE, d, Path(gguf_path), fmt.name, None, [], [], requantize,
                            dict(tolerances or {}))
     routes = route_tensors(cfg, fmt, inventory, target_hidden=cfg.target_hidden_size or cfg.hidden_size)
+    if constants:
+        _, file_meta = meta_from_gguf(f.kvs, f.shapes(), gguf_path)
+        report.constants = compare_constants(cfg, fmt, routes, f, file_meta)
     with Files() as files:
         matched = _pair_checkpoint(report, cfg, routes, f, fmt, files)
         return _measure(report, matched, workers, progress, t0)

@@ -84,6 +84,7 @@ class CompareReport:
     tolerances: dict[str, float] = field(default_factory=dict)  # user overrides
     seconds: float = 0.0
     bytes_compared: int = 0  # reference + GGUF bytes read in the main pass
+    constants: list = field(default_factory=list)  # ConstantComparison per key (checkpoint mode, unless skipped)
 
     @property
     def counts(self) -> dict[str, int]:
@@ -93,8 +94,13 @@ class CompareReport:
         return c
 
     @property
+    def constants_differing(self) -> list:
+        return [c for c in self.constants if not c.passed]
+
+    @property
     def verdict(self) -> str:
-        return "pass" if self.tensors and all(t.passed for t in self.tensors) else "fail"
+        ok = self.tensors and all(t.passed for t in self.tensors) and not self.constants_differing
+        return "pass" if ok else "fail"
 
     @property
     def passed(self) -> bool:
@@ -105,12 +111,16 @@ class CompareReport:
         """``N tensors: X bit-identical, Y within tolerance, Z out of tolerance, M missing``.
 
         A shape mismatch counts as out of tolerance; extra GGUF tensors are appended as
-        ``, E extra`` only when there are some, so N always equals the sum."""
+        ``, E extra`` only when there are some, so N always equals the sum; then, when
+        constants were compared, ``; K constants match`` or ``; K constants: D differ``."""
         c = self.counts
         line = (f"{len(self.tensors)} tensors: {c[BIT_IDENTICAL]} bit-identical, {c[WITHIN]} within tolerance, "
                 f"{c[OUT] + c[SHAPE_MISMATCH]} out of tolerance, {c[MISSING]} missing")
         if c[EXTRA]:
             line += f", {c[EXTRA]} extra"
+        if self.constants:
+            bad = len(self.constants_differing)
+            line += f"; {len(self.constants)} constants: {bad} differ" if bad else f"; {len(self.constants)} constants match"
         return line
 
     def to_json(self) -> dict:
@@ -131,4 +141,5 @@ class CompareReport:
             "bytes_compared": self.bytes_compared,
             "notes": self.notes,
             "tensors": [t.to_json() for t in self.tensors],
+            "constants": [c.to_json() for c in self.constants],
         }

@@ -79,6 +79,10 @@ class Key:
     required: bool = False  # a GGUF without it cannot be rebuilt into a config
     positive: bool = False  # floats that must be > 0 to mean anything (theta)
 
+    @property
+    def suffixes(self) -> tuple[str, ...]:
+        return (self.suffix,)
+
     def encode(self, cfg: DrafterConfig) -> list[HParam]:
         value = getattr(cfg, self.field)
         if (self.written(cfg) if self.written else value is not None):
@@ -102,6 +106,10 @@ class RopeScalingKeys:
     """``rope.scaling.*``: written per scaling type (llama3 writes none: the plan adds a
     ``rope_freqs`` tensor instead), read back into a ``rope_scaling`` dict."""
 
+    field = "rope_scaling"
+    suffixes = ("rope.scaling.type", "rope.scaling.factor", "rope.scaling.original_context_length",
+                "rope.scaling.yarn_ext_factor", "rope.scaling.yarn_attn_factor", "rope.scaling.yarn_beta_fast",
+                "rope.scaling.yarn_beta_slow")
     YARN = (("extrapolation_factor", "yarn_ext_factor"), ("attention_factor", "yarn_attn_factor"),
             ("attn_factor", "yarn_attn_factor"), ("beta_fast", "yarn_beta_fast"), ("beta_slow", "yarn_beta_slow"))
 
@@ -143,6 +151,8 @@ class RopeDimKey:
     """``rope.dimension_count``: the rotated dims of a partial-rotary head; config.json says it
     as a fraction of head_dim."""
 
+    field, suffixes = "partial_rotary_factor", ("rope.dimension_count",)
+
     def encode(self, cfg: DrafterConfig) -> list[HParam]:
         return [] if cfg.partial_rotary_factor is None else [("rope.dimension_count", cfg.rope_dim, T.UINT32, None)]
 
@@ -154,6 +164,8 @@ class RopeDimKey:
 class SlidingWindowKeys:
     """``attention.sliding_window`` and its per-layer pattern (BOOL array, true = sliding):
     every layer under vLLM's ``use_swa``, else the config's ``layer_types``."""
+
+    field, suffixes = "sliding_window", ("attention.sliding_window", "attention.sliding_window_pattern")
 
     def encode(self, cfg: DrafterConfig) -> list[HParam]:
         if not cfg.sliding_window:
@@ -213,6 +225,11 @@ HPARAMS = (
 def encode_hparams(cfg: DrafterConfig) -> list[HParam]:
     """Every hyperparameter key convert writes for ``cfg``, in the converter's order."""
     return [hp for row in HPARAMS for hp in row.encode(cfg)]
+
+
+def config_field(suffix: str) -> str | None:
+    """The DrafterConfig field a hyperparameter key is written from (None: not in the table)."""
+    return next((row.field for row in HPARAMS if suffix in row.suffixes), None)
 
 
 def decode_hparams(keys: KeyReader, raw: dict) -> None:

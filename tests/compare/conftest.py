@@ -23,7 +23,7 @@ TARGET = {
 }
 OUTTYPES = ("auto", "f32", "f16", "bf16", "q8_0", "q4_k_m")
 SUMMARY = re.compile(r"^(\d+) tensors: (\d+) bit-identical, (\d+) within tolerance, (\d+) out of tolerance, "
-                     r"(\d+) missing(, (\d+) extra)?$")
+                     r"(\d+) missing(, (\d+) extra)?(; \d+ constants (match|: \d+ differ))?$")
 
 
 @pytest.fixture(scope="session")
