@@ -1,4 +1,4 @@
-"""Every exit code of the CLI, in one place: the exception hierarchy (1-8, 30, 40-41, 130) and the
+"""Every exit code of the CLI, in one place: the exception hierarchy (1-8, 13, 30, 40-41, 130) and the
 verdict codes of the commands whose answer can be "no" (10-13, 20).
 
 The CLI catches DflashError only and prints ``str(err)`` as one line. Exit codes are
@@ -94,5 +94,16 @@ EXIT_OK = 0
 EXIT_BASE = 10          # check-instruct: verdict base
 EXIT_UNKNOWN = 11       # check-instruct: verdict unknown (0 with --allow-unknown)
 EXIT_FINDINGS = 12      # check: an error-severity finding in the file itself
-EXIT_PAIRING = 13       # check --target: drafter and target do not fit
+EXIT_PAIRING = 13       # check --target (and bench, PairingError): drafter and target do not fit
 EXIT_MISMATCH = 20      # compare-weights: a tensor out of tolerance, missing, extra or mis-shaped
+
+
+class PairingError(DflashError):
+    """A drafter and the target it is to run with do not fit (pairing findings of severity error):
+    ``bench`` refuses the pair before starting a server, with the code ``check --target`` gives it."""
+
+    exit_code = EXIT_PAIRING
+
+    def __init__(self, message: str, findings: tuple = ()) -> None:
+        super().__init__(message)
+        self.findings = tuple(findings)  # the guards' Finding records, for the CLI to list

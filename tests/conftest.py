@@ -29,7 +29,8 @@ if "LLAMA_CPP_LIB_PATH" not in os.environ and (LLAMA_BIN / "libllama.so").exists
 
 # Our errors name the optional package a step needs ("reading it needs the 'tokenizers' package:
 # pip install 'dflash-gguf[tokenizers]'"): the [tokenizers] extra for a target dir's tokenizer.json
-# (tokenizers) or tokenizer.model (sentencepiece), transformers for a Gemma 4 tokenizer.
+# (tokenizers) or tokenizer.model (sentencepiece), transformers for a Gemma 4 tokenizer, [torch] for
+# parity and a .pt mask embedding.
 _NEEDS_PACKAGE = re.compile(r"needs the '([A-Za-z0-9_]+)' package")
 
 
@@ -38,7 +39,8 @@ def skip_if_missing_package(message: str) -> None:
     is not installed here; with the package installed, return (the caller fails as it would)."""
     m = _NEEDS_PACKAGE.search(message)
     if m and importlib.util.find_spec(m.group(1)) is None:
-        extra = "[tokenizers]" if m.group(1) in ("tokenizers", "sentencepiece") else "[test]"
+        extra = {"tokenizers": "[tokenizers]", "sentencepiece": "[tokenizers]", "torch": "[torch]",
+                 "matplotlib": "[plots]"}.get(m.group(1), "[test]")
         pytest.skip(f"needs the optional package '{m.group(1)}' (the {extra} extra), not installed")
 
 

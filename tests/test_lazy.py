@@ -1,4 +1,5 @@
-"""lazy_exports: a package's names imported from their submodule on first lookup, and only then."""
+"""lazy_exports: a package's names imported from their submodule on first lookup, and only then;
+require: an optional package, or the one line naming the extra that installs it."""
 import subprocess
 import sys
 
@@ -23,3 +24,17 @@ def test_an_unknown_name_is_an_attribute_error():
     with pytest.raises(AttributeError, match="dflash_gguf.convert.*no_such_name"):
         convert.no_such_name  # noqa: B018
     assert convert.retarget.__module__ == "dflash_gguf.convert.retargeting"  # a function, not its module
+
+
+def test_require_returns_the_package_or_names_its_extra(monkeypatch):
+    from dflash_gguf._lazy import require
+    from dflash_gguf.errors import UsageError
+
+    assert require("json", "parsing", "any") is sys.modules["json"]
+    monkeypatch.setitem(sys.modules, "torch", None)  # what `import torch` does without it installed
+    with pytest.raises(UsageError) as e:
+        require("torch", "parity", "torch")
+    assert str(e.value) == "parity needs the 'torch' package: pip install 'dflash-gguf[torch]'"
+    with pytest.raises(UsageError, match=r"\[plots\]' \(or drop --plots\)$"):
+        monkeypatch.setitem(sys.modules, "matplotlib", None)
+        require("matplotlib", "--plots", "plots", alternative="or drop --plots")

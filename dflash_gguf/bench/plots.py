@@ -10,16 +10,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..errors import OutputError, UsageError
+from .._lazy import require
+from ..errors import OutputError
 from .report import BenchReport, Row
 
 
 def require_matplotlib() -> None:
     """Raises UsageError when matplotlib is missing (checked before a long run, not after)."""
-    try:
-        import matplotlib  # noqa: F401
-    except ImportError:
-        raise UsageError("--plots needs matplotlib: pip install 'dflash-gguf[plots]' (or drop --plots)") from None
+    require("matplotlib", "--plots", "plots", alternative="or drop --plots")
 
 
 def write_plots(report: BenchReport, out_dir: str | Path) -> list[Path]:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from ..errors import ServerError
+from ..errors import PairingError, ServerError
 from ..formats.dspark import MARKOV_W1
 from . import memory, trace
 from .client import Completion, RequestFailed, client_for
@@ -91,6 +91,7 @@ def run_bench(opts: BenchOptions, progress: Progress | None = None) -> BenchResu
 
     Raises:
         UsageError: contradictory options, a bad suite.
+        PairingError: a drafter does not fit the target (``check_pairs``); nothing was started.
         MemoryGuardError: a configuration's files exceed the allowed memory (checked for all
             configurations before anything starts, and again before each start).
         ServerError: a server cannot start, dies, or answers badly (it is stopped first).
@@ -98,6 +99,7 @@ def run_bench(opts: BenchOptions, progress: Progress | None = None) -> BenchResu
     """
     emit = progress or (lambda e: None)
     validate(opts)
+    check_pairs(opts)
     suites = [load_suite(s, opts.limit) for s in opts.suites]
     configs = _configs(opts)
     limit, how = memory_limit(opts)
@@ -116,6 +118,36 @@ def run_bench(opts: BenchOptions, progress: Progress | None = None) -> BenchResu
             _reachable(opts, c)
             _run_config(opts, c, suites, result, emit, None)
     return result
+
+
+def check_pairs(opts: BenchOptions) -> None:
+    """The pairing checks of ``check DRAFTER --target TARGET`` on every drafter bench would launch
+    (headers only, milliseconds). A pair they refuse (another tokenizer, taps past the target's
+    layers, a base target) loads and then drafts nothing, or crashes the server, after minutes of
+    loading: refused before any server starts.
+
+    Raises:
+        PairingError: error-severity pairing findings (on ``.findings``), every drafter's.
+        GGUFFormatError: a drafter's or the target's header is corrupt or truncated.
+    """
+    if not opts.launching or opts.target is None or not opts.drafters:
+        return
+    from ..guards.findings import Severity
+    from ..guards.run import run_checks
+
+    bad, misfits = [], []
+    for d in dict.fromkeys(opts.drafters):
+        found = [f for f in run_checks(d, target=opts.target).findings
+                 if f.category == "pairing" and f.severity == Severity.ERROR]
+        if found:
+            bad += found
+            misfits.append(d)
+    if bad:
+        names = ", ".join(str(d) for d in misfits)
+        verb = "does" if len(misfits) == 1 else "do"
+        raise PairingError(f"{names} {verb} not fit the target {opts.target}: {len(bad)} pairing "
+                           f"error{'s' * (len(bad) != 1)} (what dflash-gguf check DRAFTER --target TARGET reports); "
+                           "no server was started", bad)
 
 
 def _reachable(opts: BenchOptions, c: ConfigResult) -> None:

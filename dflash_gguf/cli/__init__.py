@@ -6,22 +6,23 @@ bars) inside the command function, and the header-only commands (check, check-in
 inspect, version, --help) never import numpy, gguf-py, safetensors or torch
 (tests/cli/test_startup.py; benchmarks/bench_checks.py times them). ``main`` maps library errors to
 one line on stderr and the class's exit code (docs/exit-codes.md); set DFLASH_DEBUG=1 to see
-the traceback instead.
+the traceback instead. A stdout closed by its reader (``| head``) is not an error (``_common.discard``).
 """
 from __future__ import annotations
 
 import gc
 import importlib
 import os
+import select
 import signal
 import sys
 import threading
 
 import typer
 
-from ..errors import DflashError, Interrupted
+from ..errors import EXIT_OK, DflashError, Interrupted
 from ._app import app
-from ._common import err, error_line
+from ._common import discard, err, error_line, write
 
 # Command groups, one module each, and the commands each registers. Only the invoked command's
 # module is imported: typer builds a click command, evaluating every annotation, for each
@@ -43,7 +44,8 @@ _MODULE_OF = {cmd: mod for mod, cmds in COMMANDS.items() for cmd in cmds}
 def _register(args: list[str]) -> None:
     """Import the command module(s) the arguments need (see COMMANDS)."""
     first = next((a for a in args if not a.startswith("-")), None)
-    wanted = [_MODULE_OF[first]] if first in _MODULE_OF else [] if first == "version" else list(COMMANDS)
+    version = first == "version" or (first is None and bool({"--version", "-V"} & set(args)))
+    wanted = [_MODULE_OF[first]] if first in _MODULE_OF else [] if version else list(COMMANDS)
     for name in wanted:
         importlib.import_module(f"{__name__}.{name}")
 
@@ -69,6 +71,20 @@ def _interrupts_from_signals() -> None:
     for sig in (signal.SIGTERM, signal.SIGHUP):
         if signal.getsignal(sig) is signal.SIG_DFL:
             signal.signal(sig, _as_interrupt)
+
+
+def _stdout_closed() -> bool:
+    """Whether stdout's reader is gone (the descriptor is asked: a BrokenPipeError may come from
+    any pipe or socket), or rich already sent stdout to /dev/null for that reason."""
+    try:
+        fd = sys.stdout.fileno()
+        if os.path.samestat(os.fstat(fd), os.stat(os.devnull)):
+            return True
+        poller = select.poll()
+    except (AttributeError, ValueError, OSError):  # not a real file, or no poll(): not a pipe we can ask
+        return False
+    poller.register(fd, select.POLLOUT)
+    return any(ev & (select.POLLERR | select.POLLHUP) for _, ev in poller.poll(0))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -99,6 +115,17 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         _interrupted_line()
         code = Interrupted.exit_code
+    except (BrokenPipeError, SystemExit) as exc:
+        # A closed stdout that our own writes did not absorb (cli/_common.py: discard; typer and
+        # rich exit 1 there, raising SystemExit while handling the BrokenPipeError). The command
+        # stopped part-way, so its own code is unknown. Any other pipe or exit is not ours.
+        pipe = exc if isinstance(exc, BrokenPipeError) else exc.__context__
+        if not isinstance(pipe, BrokenPipeError) or not _stdout_closed():
+            raise
+        discard(sys.stdout)
+        code = EXIT_OK
+    if sys.stdout is not None and not getattr(sys.stdout, "closed", False):
+        write("")  # flush what is still buffered here, where a closed pipe is absorbed
     if argv is None:
         # The process ends here. Without this, interpreter shutdown's garbage collections walk
         # every object the run created (numba's and LLVM's graphs once a kernel was loaded):

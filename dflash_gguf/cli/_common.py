@@ -5,6 +5,7 @@ stdout carries results (tables, JSON); stderr carries errors, warnings and progr
 """
 from __future__ import annotations
 
+import functools
 import json
 import os
 import sys
@@ -37,8 +38,7 @@ class _Stream:
     @property
     def console(self):
         if self._console is None:
-            from rich.console import Console
-
+            Console = console_class()
             c = Console(stderr=self.stderr, highlight=False, soft_wrap=True, emoji=False)
             if not self.stderr and not c.is_terminal:  # piped / CI: rich would wrap tables at 80 columns
                 c = Console(highlight=False, soft_wrap=True, emoji=False, width=200)
@@ -62,7 +62,7 @@ class _Stream:
     def print(self, *objects: Any, markup: bool | None = None, style: str | None = None, **kw: Any) -> None:
         if (markup is False and style is None and not kw and len(objects) == 1 and isinstance(objects[0], str)
                 and self._surely_piped()):
-            self.file.write(objects[0].translate(_CONTROL) + "\n")
+            write(objects[0].translate(_CONTROL) + "\n", self.file, flush=False)
             return
         self.console.print(*objects, markup=markup, style=style, **kw)
 
@@ -72,6 +72,46 @@ class _Stream:
             self.print(f"{word} {rest}", markup=False)
         else:
             self.console.print(f"[{style}]{word}[/{style}] {esc(rest)}")
+
+
+def discard(stream: Any) -> None:
+    """The reader of ``stream`` (stdout, mostly) went away: ``inspect … | head -1`` has what it
+    asked for. Point the stream's descriptor at /dev/null, so that what is still to be written
+    (and the interpreter's last flush) succeeds unseen and the command runs on to its own exit
+    code: a ``check`` verdict still fails a CI pipeline. Not a real file (captured): nothing to do."""
+    try:
+        fd = stream.fileno()
+    except (AttributeError, ValueError, OSError):
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, fd)
+    finally:
+        os.close(devnull)
+
+
+def write(text: str, stream: Any = None, flush: bool = True) -> None:
+    """Plain text to ``stream`` (default stdout); a closed pipe is ``discard``ed."""
+    stream = sys.stdout if stream is None else stream
+    try:
+        stream.write(text)
+        if flush:
+            stream.flush()
+    except BrokenPipeError:
+        discard(stream)
+
+
+@functools.cache
+def console_class():
+    """rich's Console, except that a closed pipe is ``discard``ed: rich itself exits 1 there."""
+    from rich.console import Console
+
+    class QuietOnClosedPipe(Console):
+        def on_broken_pipe(self) -> None:
+            self.quiet = True
+            discard(self.file)
+
+    return QuietOnClosedPipe
 
 
 out = _Stream(stderr=False)
@@ -94,10 +134,17 @@ def error_line(exc: BaseException) -> None:
     err.print(f"error: {show(str(exc), limit=1 << 20)}", markup=False)
 
 
+def finding_line(f: Any, with_file: bool = False) -> str:
+    """A guard finding as ``check`` lists it (``with_file``: which file it is about, for a command
+    whose findings span several files)."""
+    where = f"  [{f.where}]" if f.where else ""
+    file = f"  ({os.path.basename(f.file)})" if with_file and f.file else ""
+    return f"  {f.severity.value:<7}  {f.code}: {f.message}{where}{file}"
+
+
 def print_json(obj: Any) -> None:
     """Write one JSON document to stdout (plain print: rich would re-wrap long lines)."""
-    sys.stdout.write(json.dumps(obj, indent=2, sort_keys=False, default=_json_default) + "\n")
-    sys.stdout.flush()
+    write(json.dumps(obj, indent=2, sort_keys=False, default=_json_default) + "\n")
 
 
 def _json_default(o: Any) -> Any:

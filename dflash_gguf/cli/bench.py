@@ -9,9 +9,9 @@ from typing import Annotated, Optional
 
 import typer
 
-from ..errors import Interrupted, UsageError
+from ..errors import Interrupted, PairingError, UsageError
 from ._app import app
-from ._common import err, esc, note, out, warn
+from ._common import err, error_line, esc, finding_line, note, out, warn, write
 
 
 @app.command("bench")
@@ -80,6 +80,11 @@ def bench_cmd(
         result = run_bench(opts, _progress())
     except KeyboardInterrupt:
         raise Interrupted("interrupted: the server bench started was stopped; no report written") from None
+    except PairingError as exc:  # the error line, then each finding as `check` lists it
+        error_line(exc)
+        for f in exc.findings:
+            err.print(finding_line(f, with_file=True), markup=False)
+        raise typer.Exit(exc.exit_code) from None
     report = build_report(result)
     if plots is not None:
         from ..bench.plots import write_plots
@@ -88,7 +93,7 @@ def bench_cmd(
     if json_path is not None:
         text = json.dumps(report.to_json(), indent=2) + "\n"
         if str(json_path) == "-":
-            typer.echo(text, nl=False)
+            write(text)
         else:
             from ..fileio.outputs import write_text
 

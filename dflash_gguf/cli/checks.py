@@ -13,7 +13,7 @@ import typer
 
 from ..errors import EXIT_BASE, EXIT_FINDINGS, EXIT_PAIRING, EXIT_UNKNOWN, DflashError
 from ._app import app
-from ._common import byte_progress, error_line, esc, out, print_json
+from ._common import byte_progress, error_line, esc, finding_line, out, print_json
 
 if TYPE_CHECKING:  # the guards are imported when a check runs, not at the CLI's start-up
     from ..guards.findings import CheckReport, Finding
@@ -184,5 +184,4 @@ def _render_report(r: CheckReport) -> None:
     out.print(f"[bold]{esc(r.path)}[/bold]: {status}{warn} ({mode}; {r.n_tensors:,} tensors, "
               f"{r.total_bytes:,} bytes{shards})")
     for f in _by_severity(r.findings):
-        where = f"  [{f.where}]" if f.where else ""
-        out.print(f"  {f.severity.value:<7}  {f.code}: {f.message}{where}", markup=False)
+        out.print(finding_line(f), markup=False)

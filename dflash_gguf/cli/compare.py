@@ -16,7 +16,7 @@ import typer
 from ..compare.report import BIT_IDENTICAL, EXTRA, MISSING, OUT, SHAPE_MISMATCH, WITHIN, CompareReport
 from ..errors import EXIT_MISMATCH, DflashError
 from ._app import app
-from ._common import byte_progress, error_line, esc, out, print_json
+from ._common import console_class, byte_progress, error_line, esc, out, print_json
 
 
 _STYLE = {BIT_IDENTICAL: "green", WITHIN: "cyan", OUT: "red", MISSING: "red", EXTRA: "red", SHAPE_MISMATCH: "red"}
@@ -107,7 +107,6 @@ def _num(v: float | None, spec: str = ".3g") -> str:
 
 def render(r: CompareReport, top: int | None = None) -> None:
     from rich import box
-    from rich.console import Console
     from rich.table import Table
 
     what = (f"{r.a} → {r.b}  ({r.format} format)" if r.mode == "safetensors-gguf"
@@ -130,7 +129,7 @@ def render(r: CompareReport, top: int | None = None) -> None:
                    _num(t.cosine, ".6f"), " ".join(t.flags))
     # A pipe or a log has no width to respect: print the table whole rather than squeezed into
     # rich's default 80 columns (Console.print cannot widen past the console's own width).
-    (out if out.is_terminal else Console(highlight=False, emoji=False, width=220)).print(tt)
+    (out if out.is_terminal else console_class()(highlight=False, emoji=False, width=220)).print(tt)
     for t in rows:
         if t.status not in (BIT_IDENTICAL, WITHIN) and t.detail:
             out.print(f"  {t.status}: {t.name}: {t.detail}", markup=False)

@@ -9,7 +9,7 @@ import typer
 
 from ..errors import UsageError
 from ._app import app
-from ._common import esc, note, out, warn
+from ._common import esc, note, out, warn, write
 
 FLAG_TOP1 = 0.9  # below this teacher-forced top-1 agreement a GGUF drafter is flagged
 
@@ -45,20 +45,20 @@ def parity_cmd(
 
     Example: dflash-gguf parity --target Qwen3-8B/ --drafter Qwen3-8B-DFlash-b16/ --drafter-gguf d-Q8_0.gguf --prompt "Hello"
     """
-    from ..parity import ParityFailure, ParityOptions, read_prompts_file, run_parity, tokenize
+    from ..parity import (
+        ParityFailure, ParityOptions, check_drafter_dir, read_prompts_file, require_torch, run_parity, tokenize,
+    )
 
     given = [x is not None for x in (prompt_ids, prompt, prompts_file)]
     if sum(given) != 1:
         raise UsageError("give exactly one of --prompt-ids, --prompt, --prompts-file")
+    prompts = None
     if prompt_ids is not None:
         try:
             prompts = [[int(t) for t in prompt_ids.replace(" ", "").split(",") if t]]
         except ValueError:
             raise UsageError(f"--prompt-ids {prompt_ids!r}: expected comma-separated integers") from None
-    elif prompt is not None:
-        prompts = [tokenize(prompt, target, tokenizer_dir)]
-    else:
-        prompts = read_prompts_file(prompts_file, target, tokenizer_dir)
+    check_drafter_dir(drafter)
     if target_quant is not None and target_quant.lower() not in ("q8_0", "q4_k_m"):
         raise UsageError(f"--target-quant {target_quant!r}: choose q8_0 or q4_k_m")
     if dtype not in ("float32", "bfloat16"):
@@ -72,13 +72,18 @@ def parity_cmd(
         from ..fileio.outputs import check_report
 
         check_report(json_path, inputs=inputs)  # now, not after the run
+    require_torch()  # before the prompts are tokenized: the run needs it
+    if prompt is not None:
+        prompts = [tokenize(prompt, target, tokenizer_dir)]
+    elif prompts_file is not None:
+        prompts = read_prompts_file(prompts_file, target, tokenizer_dir)
     report = run_parity(target, drafter, prompts, drafter_ggufs=drafter_gguf or [], options=opts, dump=dump,
                         against=against)
     doc = report.to_json()
     if json_path is not None:
         text = json.dumps(doc, indent=2) + "\n"
         if str(json_path) == "-":
-            typer.echo(text, nl=False)
+            write(text)
         else:
             from ..fileio.outputs import write_text
 

@@ -6,6 +6,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from ..errors import UsageError
 from ._app import app
 from ._common import byte_progress, esc, note_stale, out, print_json
 from ._options import JsonOpt
@@ -15,7 +16,7 @@ from ._options import JsonOpt
 def quantize_cmd(
     src: Annotated[Path, typer.Argument(help="Input GGUF (F32/F16/BF16 tensors).")],
     dst: Annotated[Optional[Path], typer.Argument(help="Output GGUF.")] = None,
-    ftype: Annotated[str, typer.Argument(help="q8_0 or q4_k_m (case-insensitive).")] = "q8_0",
+    ftype: Annotated[Optional[str], typer.Argument(help="q8_0 or q4_k_m (case-insensitive); required, as for llama-quantize.")] = None,
     allow_requantize: Annotated[bool, typer.Option("--allow-requantize", help="Accept already-quantized inputs.")] = False,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the per-tensor plan; write nothing.")] = False,
     json_out: JsonOpt = False,
@@ -27,6 +28,8 @@ def quantize_cmd(
 
     Example: dflash-gguf quantize drafter-bf16.gguf drafter-Q4_K_M.gguf q4_k_m
     """
+    if ftype is None:
+        ftype, dst = _type_from_dst(dst, dry_run)
     from rich.table import Table
 
     from ..quants.gguf_file import quantize_gguf  # numpy, gguf-py (and numba if installed)
@@ -59,3 +62,18 @@ def quantize_cmd(
         out.print(f"[bold green]wrote[/bold green] {esc(result.written.path)} ({result.written.file_size:,} bytes; {mix})")
     else:
         out.print(f"dry run: nothing written ({mix})")
+
+
+def _type_from_dst(dst: Path | None, dry_run: bool) -> tuple[str, Path | None]:
+    """No third argument. ``IN TYPE --dry-run`` writes nothing, so it needs no OUT: the second
+    argument is the type. Otherwise the type is missing: there is no default, as in llama-quantize
+    (a silent Q8_0 would be the wrong file for anyone who meant Q4_K_M)."""
+    from ..quants.policy import FTYPE_IDS
+
+    types = [t.lower() for t in FTYPE_IDS]
+    if dst is not None and str(dst).lower() in types:
+        if dry_run:
+            return str(dst), None
+        raise UsageError(f"quantize: {dst} is the TYPE; name the output before it: "
+                         f"dflash-gguf quantize IN.gguf OUT.gguf {dst} (or add --dry-run)")
+    raise UsageError(f"quantize: missing TYPE ({' or '.join(types)}): dflash-gguf quantize IN.gguf OUT.gguf TYPE")

@@ -13,8 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from .._lazy import require
 from ..config import MASK_FILE, DrafterConfig, load_target_config
-from ..errors import ConfigError, TargetError, UsageError, WeightsError
+from ..errors import ConfigError, TargetError, WeightsError
 from ..fileio.safetensors import FLOAT_DTYPES, SourceTensor, read_inventory
 from ..formats.names import OUTPUT, TOKEN_EMBD
 
@@ -82,11 +83,7 @@ _MASK_DTYPES = ("float32", "bfloat16", "float16", "float64")  # torch dtype name
 
 
 def _torch(path: Path):
-    try:
-        import torch
-    except ImportError:
-        raise UsageError(f"{path}: reading a .pt file needs torch; pip install 'dflash-gguf[torch]'") from None
-    return torch
+    return require("torch", f"{path}: reading a .pt file", "torch")
 
 
 def read_mask_file(path: Path, hidden_size: int):

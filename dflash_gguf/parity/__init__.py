@@ -11,5 +11,5 @@ from .options import ParityOptions  # noqa: F401
 from .prompts import read_prompts_file, tokenize  # noqa: F401
 from .report import ParityReport, PromptReport, RunSummary, Stat  # noqa: F401
 from ..errors import ParityFailure  # noqa: F401  (raised by the CLI when the lossless check fails)
-from .run import run_parity  # noqa: F401
+from .run import check_drafter_dir, require_torch, run_parity  # noqa: F401
 from .target import quantize_target_weights  # noqa: F401

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from .._lazy import require
 from ..errors import UsageError
 from ..fileio.prompts_jsonl import read_prompts_jsonl
 
@@ -14,16 +15,10 @@ def tokenize(text: str, target: str | Path, tokenizer_dir: str | Path | None = N
     if not d.is_dir():
         raise UsageError(f"--prompt needs a tokenizer: {d} is not a directory; pass --tokenizer-dir or --prompt-ids")
     if (d / "tokenizer.json").is_file():
-        try:
-            from tokenizers import Tokenizer
-        except ImportError:
-            raise UsageError("--prompt needs the 'tokenizers' package: pip install 'dflash-gguf[tokenizers]'") from None
+        Tokenizer = require("tokenizers", "--prompt", "tokenizers").Tokenizer
         return list(Tokenizer.from_file(str(d / "tokenizer.json")).encode(text, add_special_tokens=False).ids)
     if (d / "tokenizer.model").is_file():
-        try:
-            import sentencepiece as spm
-        except ImportError:
-            raise UsageError("--prompt needs 'sentencepiece': pip install 'dflash-gguf[tokenizers]'") from None
+        spm = require("sentencepiece", "--prompt", "tokenizers")
         return list(spm.SentencePieceProcessor(model_file=str(d / "tokenizer.model")).encode(text))
     raise UsageError(f"{d}: no tokenizer.json or tokenizer.model; pass --prompt-ids instead")
 

@@ -13,7 +13,9 @@ import dataclasses
 from pathlib import Path
 from typing import Any, Sequence
 
+from .._lazy import require
 from ..errors import UsageError
+from ..fileio.header_records import MAGIC as GGUF_MAGIC
 from .dumps import compare_dumps, dump_prompt, write_index
 from .emulate import load_emulated
 from .logits import logit_parity
@@ -35,17 +37,20 @@ def run_parity(
     """Reference vs GGUF drafters on the same target and prompts. See the module docstring.
 
     Raises:
-        UsageError / ConfigError / WeightsError / GGUFFormatError: bad inputs (one line each).
+        UsageError / ConfigError / WeightsError / GGUFFormatError: bad inputs (one line each); torch
+            (the [torch] extra) not installed.
     """
-    from .. import reference as ref
-    from ..reference.pool import map_prompts, prompt_jobs
-
     if not prompts or any(len(p) == 0 for p in prompts):
         raise UsageError("no prompt tokens: pass --prompt-ids, --prompt or --prompts-file")
     if options.runs < 1:
         raise UsageError("--runs must be at least 1")
     if options.jobs < 0:
         raise UsageError(f"--jobs {options.jobs}: give 0 (one prompt per core) or a positive count")
+    check_drafter_dir(drafter)
+    require_torch()
+    from .. import reference as ref
+    from ..reference.pool import map_prompts, prompt_jobs
+
     tmodel = load_target(target, options)
     ref_drafter = ref.load_drafter(drafter, dtype=options.dtype, device=options.device)
     cfg = ref_drafter.cfg
@@ -107,6 +112,27 @@ def run_parity(
             raise UsageError("--against needs --dump DIR too (our dump to compare with)")
         report.against = compare_dumps(Path(dump), Path(against))
     return report
+
+
+def require_torch() -> None:
+    """parity runs the torch reference: without the [torch] extra, one line saying how to get it."""
+    require("torch", "parity", "torch")
+
+
+def check_drafter_dir(drafter: str | Path) -> None:
+    """``--drafter`` is the reference checkpoint (config.json + safetensors); a GGUF given there
+    would otherwise be read as a config.json and reported as broken JSON."""
+    p = Path(drafter)
+    if not p.is_file():
+        return
+    try:
+        with open(p, "rb") as f:
+            magic = f.read(4)
+    except OSError:
+        return  # the loader reports an unreadable file
+    if magic == GGUF_MAGIC or p.suffix.lower() == ".gguf":
+        raise UsageError(f"--drafter {drafter}: a GGUF file; --drafter takes the original checkpoint directory "
+                         f"(config.json + safetensors), the reference: pass GGUFs to compare with --drafter-gguf")
 
 
 def _load_gguf_drafters(paths: Sequence[str | Path], cfg, opts: ParityOptions) -> list[tuple[str, str, Any]]:

@@ -6,7 +6,8 @@ import pytest
 from dflash_gguf.bench.suites import load_suite
 from dflash_gguf.metrics.acceptance import Acceptance
 from tests.bench import fake_llama_server as fake
-from tests.bench.conftest import PLAIN_TARGET, TARGET, bench_json, pid_gone
+from tests.bench.conftest import TARGET, bench_json, pid_gone
+from tests.conftest import rewrite_gguf
 
 N = 24
 
@@ -106,8 +107,25 @@ def test_draft_max(run_fake, drafters, extra, n):
     assert row["runs"][0]["acceptance"] == Acceptance.of(steps, n).to_json()
 
 
+def test_pairing_names_only_the_drafters_that_do_not_fit(tmp_path):
+    from dflash_gguf.bench.options import BenchOptions
+    from dflash_gguf.bench.run import check_pairs
+    from dflash_gguf.errors import EXIT_PAIRING, PairingError
+    from tests.conftest import FIXTURES
+
+    fits, misfit = FIXTURES / "guards" / "qwen3-8b-dflash.gguf", FIXTURES / "runtime" / "drafter.gguf"
+    check_pairs(BenchOptions(target=TARGET, drafters=(fits,)))  # a pair that fits: nothing raised
+    with pytest.raises(PairingError) as e:
+        check_pairs(BenchOptions(target=TARGET, drafters=(fits, misfit)))
+    assert e.value.exit_code == EXIT_PAIRING and str(e.value).startswith(f"{misfit} does not fit the target {TARGET}: ")
+    assert e.value.findings and {f.file for f in e.value.findings} <= {str(misfit), str(TARGET)}
+    assert all(f.category == "pairing" and f.severity.value == "error" for f in e.value.findings)
+
+
 def test_raw_target_without_template(cli, tmp_path, fake_bin, fake_env, drafters):
-    code, rep, _, se = bench_json(cli, tmp_path, "--server-bin", fake_bin, "--target", PLAIN_TARGET, "--drafter",
+    # the drafter's own target without its chat template: a pair that fits (bench checks pairing first)
+    plain = rewrite_gguf(TARGET, tmp_path / "qwen3-8b-no-template.gguf", drop=("tokenizer.chat_template",))
+    code, rep, _, se = bench_json(cli, tmp_path, "--server-bin", fake_bin, "--target", plain, "--drafter",
                                   drafters["good"], "--suite", "chat", "--limit", 1, "--n-predict", 8, "--no-baseline")
     assert code == 0, se
     assert rep["modes"] == ["raw"] and any("no chat template" in n for n in rep["notes"])

@@ -1,4 +1,5 @@
-"""The CLI imports only the invoked command's module: its table must match what the modules register."""
+"""The CLI entry point (cli/__init__.py, cli/_app.py): it imports only the invoked command's module
+(its table must match what the modules register), --version, and a stdout closed by its reader."""
 from __future__ import annotations
 
 import importlib
@@ -6,8 +7,11 @@ import json
 import os
 import subprocess
 import sys
+from importlib.metadata import PackageNotFoundError, version
 
-from tests.conftest import ROOT
+import pytest
+
+from tests.conftest import FIXTURES, ROOT
 
 # In a fresh interpreter: which command modules a command line imports, and what the app has registered.
 _PROBE = """
@@ -73,3 +77,80 @@ def test_the_console_script_freezes_the_heap_before_exit_and_in_process_calls_do
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, cwd=ROOT, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip().splitlines()[-1] == "frozen True"
+
+
+def _env() -> dict[str, str]:
+    return {**{k: v for k, v in os.environ.items() if k not in ("FORCE_COLOR", "TTY_COMPATIBLE")},
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+
+
+def _cli(*args) -> list[str]:
+    return [sys.executable, "-m", "dflash_gguf", *map(str, args)]
+
+
+@pytest.mark.parametrize("flag", ["--version", "-V"])
+def test_version_flag(flag):
+    try:
+        expected = version("dflash-gguf")
+    except PackageNotFoundError:  # a checkout that was never installed
+        from dflash_gguf import __version__ as expected
+    r = subprocess.run(_cli(flag), capture_output=True, text=True, env=_env(), cwd=ROOT, timeout=120)
+    assert (r.returncode, r.stdout, r.stderr) == (0, f"dflash-gguf {expected}\n", "")
+    assert _probe(flag)["modules"] == []  # like `version`: no command module imported
+
+
+@pytest.fixture(scope="module")
+def long_gguf(tmp_path_factory):
+    """A GGUF whose inspect output (~0.25 MB of text, ~0.6 MB of JSON) is far past a pipe's buffer."""
+    import numpy as np
+    from gguf import GGUFWriter
+
+    path = tmp_path_factory.mktemp("pipe") / "many-tensors.gguf"
+    w = GGUFWriter(path, "llama")
+    for i in range(4000):
+        w.add_tensor(f"blk.{i}.attn_norm.weight", np.ones(4, dtype=np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
+@pytest.mark.parametrize("args,env", [
+    (["inspect", "--json"], {}),                  # print_json
+    (["inspect"], {}),                            # plain lines, then rich's tables
+    (["inspect"], {"FORCE_COLOR": "1"}),          # rich for every line
+], ids=["json", "text", "rich"])
+def test_a_reader_that_stops_early_is_not_an_error(long_gguf, args, env):
+    """`dflash-gguf inspect X | head -1`: exit 0, nothing on stderr (was exit 1, and tracebacks
+    at the interpreter's exit)."""
+    proc = subprocess.Popen(_cli(*args, long_gguf), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env={**_env(), **env}, cwd=ROOT)
+    first = proc.stdout.readline()
+    proc.stdout.close()  # what `head -1` does
+    code = proc.wait(timeout=120)
+    stderr = proc.stderr.read().decode()
+    proc.stderr.close()
+    assert first.strip() and code == 0 and stderr == ""
+
+
+@pytest.mark.parametrize("args,code", [
+    (["check", FIXTURES / "guards" / "qwen3-8b-dflash.gguf", "--target", FIXTURES / "guards" / "llama-3.1-8b.gguf"], 13),
+    (["check", "--json", FIXTURES / "guards" / "qwen3-8b-dflash.gguf", "--target", FIXTURES / "guards" / "llama-3.1-8b.gguf"], 13),
+    (["check", ROOT / "README.md"], 6),
+    (["--version"], 0),
+    (["--help"], 0),
+], ids=["check-text", "check-json", "not-a-gguf", "version", "help"])
+def test_a_closed_stdout_keeps_the_commands_own_exit_code(args, code):
+    """A command that runs to its end despite the closed pipe exits with its own code: a `check`
+    verdict still fails a CI pipeline that pipes it into `head`."""
+    r, w = os.pipe()
+    os.close(r)  # the reader is gone before the first byte
+    try:
+        done = subprocess.run(_cli(*args), stdout=w, stderr=subprocess.PIPE, text=True, env=_env(), cwd=ROOT,
+                              timeout=120)
+    finally:
+        os.close(w)
+    assert done.returncode == code
+    assert (done.stderr == "") if code in (0, 13) else (len(done.stderr.splitlines()) == 1)
+    assert "Traceback" not in done.stderr and "BrokenPipe" not in done.stderr

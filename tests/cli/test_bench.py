@@ -1,6 +1,7 @@
 """`bench` on the command line (cli/bench.py): the table and the JSON on stdout against the fake
-llama-server, the flag checks made before a server is looked for, and the helpers that split
---server-args, name --server URLs and draw the table's cells."""
+llama-server, the flag checks made before a server is looked for, the pairing checks made before
+one is started, and the helpers that split --server-args, name --server URLs and draw the table's
+cells."""
 import json
 from types import SimpleNamespace
 
@@ -8,7 +9,8 @@ import pytest
 
 from dflash_gguf.cli.bench import _named_url, _pm, _spark, _split_args
 from dflash_gguf.errors import UsageError
-from tests.bench.conftest import TARGET, drafters, fake_bin, fake_env  # noqa: F401  (fixtures)
+from tests.bench.conftest import TARGET  # the fixtures come through tests/cli/conftest.py
+from tests.conftest import FIXTURES
 
 
 def test_table_on_stdout(cli, tmp_path, fake_bin, fake_env, drafters):
@@ -36,6 +38,24 @@ def test_refused_before_a_server_is_looked_for(cli, fake_env, args, says):
     code, so, se = cli("bench", "--server-bin", "/nonexistent/llama-server", *args)
     assert code == 2 and says in se and len(se.strip().splitlines()) == 1
     assert so == "" and not fake_env.exists()
+
+
+def test_a_pair_that_does_not_fit_is_refused_before_a_server_starts(cli, fake_bin, fake_env, drafters):
+    """What `check DRAFTER --target TARGET` refuses (exit 13), bench refuses too, starting nothing:
+    a Qwen3 drafter against a Llama target (another vocabulary, taps past its one layer)."""
+    llama = FIXTURES / "guards" / "llama-3.1-8b-instruct.gguf"
+    code, so, se = cli("bench", "--server-bin", fake_bin, "--target", llama, "--drafter", drafters["good"],
+                       "--suite", "chat", "--limit", 1, "--n-predict", 8)
+    assert code == 13 and so == "" and not fake_env.exists()  # the fake writes its pid file when started
+    lines = se.strip().splitlines()
+    assert lines[0] == (f"error: {drafters['good']} does not fit the target {llama}: 2 pairing errors (what "
+                        "dflash-gguf check DRAFTER --target TARGET reports); no server was started")
+    assert [line.split()[:2] for line in lines[1:]] == [["error", "pair-vocab-mismatch:"], ["error", "pair-taps-depth:"]]
+    assert all(line.endswith("(good.gguf)") for line in lines[1:])
+    # the same findings as check's
+    code, so, _ = cli("check", drafters["good"], "--target", llama)
+    assert code == 13 and [line.strip() for line in so.splitlines()[1:]] == [
+        line.strip().removesuffix("(good.gguf)").strip() for line in lines[1:]]
 
 
 def test_split_args():

@@ -1,11 +1,16 @@
-"""`parity` on the command line (cli/parity.py): the flag checks made before anything runs, the
-report on stdout or in a file, and the text lines against the JSON report of the same run."""
+"""`parity` on the command line (cli/parity.py): the flag checks made before anything runs (a GGUF
+where the checkpoint goes, torch missing), the report on stdout or in a file, and the text lines
+against the JSON report of the same run."""
 import json
+import os
+import shutil
+import subprocess
+import sys
 
 import pytest
 
 from dflash_gguf.cli.parity import _kl_cells
-from tests.conftest import DRAFTERS
+from tests.conftest import DRAFTERS, FIXTURES, ROOT
 from tests.parity.conftest import PROMPT, QWEN
 
 
@@ -30,6 +35,30 @@ def test_bad_inputs_are_one_line(cli, tmp_path, args, needle):
 def test_refused_before_the_run(cli, args, says):
     code, so, se = cli("parity", "--target", QWEN, "--drafter", DRAFTERS / "qwen3-flat", "--device", "cpu", *args)
     assert code == 2 and says in se and so == "" and len(se.strip().splitlines()) == 1
+
+
+# The CLI in a fresh interpreter where `import torch` fails as it does without the [torch] extra.
+_NO_TORCH = ("import sys; sys.modules['torch'] = None; sys.argv = ['dflash-gguf', *sys.argv[1:]]; "
+             "from dflash_gguf.cli import main; main()")
+
+
+def test_without_torch_one_line_names_the_extra():
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    r = subprocess.run([sys.executable, "-c", _NO_TORCH, "parity", "--target", str(QWEN), "--drafter",
+                        str(DRAFTERS / "qwen3-flat"), "--prompt-ids", "1,5", "--device", "cpu"],
+                       capture_output=True, text=True, env=env, cwd=ROOT, timeout=120)
+    assert r.returncode == 2 and r.stdout == ""
+    assert r.stderr.splitlines() == ["error: parity needs the 'torch' package: pip install 'dflash-gguf[torch]'"]
+
+
+@pytest.mark.parametrize("name", ["d.gguf", "drafter.bin"])  # by its suffix, or by its magic
+def test_a_gguf_given_as_the_checkpoint_points_at_drafter_gguf(cli, tmp_path, name):
+    gguf = shutil.copyfile(FIXTURES / "guards" / "qwen3-8b-dflash.gguf", tmp_path / name)
+    code, so, se = cli("parity", "--target", QWEN, "--drafter", gguf, "--prompt-ids", "1,5", "--device", "cpu")
+    assert code == 2 and so == ""
+    assert se.strip().splitlines() == [
+        f"error: --drafter {gguf}: a GGUF file; --drafter takes the original checkpoint directory "
+        "(config.json + safetensors), the reference: pass GGUFs to compare with --drafter-gguf"]
 
 
 def test_kl_cells_as_llama_perplexity_prints_them():

@@ -1,5 +1,7 @@
-"""`quantize`'s command line: --threads."""
+"""`quantize`'s command line: the required TYPE, --threads."""
 from __future__ import annotations
+
+import json
 
 import pytest
 
@@ -43,3 +45,28 @@ def test_ctrl_c_is_one_line_and_exit_130(cli, tmp_path, monkeypatch):
     monkeypatch.setattr(gguf_file, "quantize_gguf", interrupted)
     code, out, err = cli("quantize", tmp_path / "in.gguf", tmp_path / "out.gguf", "q8_0")
     assert code == 130 and err.strip() == "error: Ctrl-C: the partial output was removed." and out == ""
+
+
+def test_the_type_is_required(cli, tmp_path):
+    """llama-quantize has no default type, and neither has quantize: no silent Q8_0."""
+    src = odd_gguf(tmp_path / "odd.gguf")
+    code, so, se = cli("quantize", src, tmp_path / "x.gguf")
+    assert code == 2 and so == ""
+    assert se.strip().splitlines() == ["error: quantize: missing TYPE (q8_0 or q4_k_m): "
+                                       "dflash-gguf quantize IN.gguf OUT.gguf TYPE"]
+    assert not (tmp_path / "x.gguf").exists()
+    code, _, se = cli("quantize", src, "--dry-run")
+    assert code == 2 and "missing TYPE (q8_0 or q4_k_m)" in se and len(se.strip().splitlines()) == 1
+
+
+def test_a_type_where_out_goes(cli, tmp_path):
+    src = odd_gguf(tmp_path / "odd.gguf")
+    # a dry run writes nothing, so it needs no OUT: IN TYPE --dry-run
+    code, so, se = cli("quantize", src, "Q4_K_M", "--dry-run", "--json")
+    assert code == 0, se
+    assert json.loads(so)["ftype"].upper() == "Q4_K_M"
+    # without --dry-run the output is missing, and the line says where the type goes
+    code, so, se = cli("quantize", src, "q4_k_m")
+    assert code == 2 and so == "" and not (tmp_path / "q4_k_m").exists()
+    assert se.strip().splitlines() == ["error: quantize: q4_k_m is the TYPE; name the output before it: "
+                                       "dflash-gguf quantize IN.gguf OUT.gguf q4_k_m (or add --dry-run)"]

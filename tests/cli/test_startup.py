@@ -36,6 +36,7 @@ sys.stderr.write("\\n" + json.dumps({"code": code, "modules": sorted(sys.modules
 
 CASES = [
     (["version"], 0),
+    (["--version"], 0),
     (["--help"], 0),
     (["check", "--help"], 0),
     (["check-instruct", "--help"], 0),
