@@ -95,7 +95,8 @@ EXIT_BASE = 10          # check-instruct: verdict base
 EXIT_UNKNOWN = 11       # check-instruct: verdict unknown (0 with --allow-unknown)
 EXIT_FINDINGS = 12      # check: an error-severity finding in the file itself
 EXIT_PAIRING = 13       # check --target (and bench, PairingError): drafter and target do not fit
-EXIT_MISMATCH = 20      # compare-weights: a tensor out of tolerance, missing, extra or mis-shaped
+EXIT_MISMATCH = 20      # compare-weights: a tensor out of tolerance, missing, extra or mis-shaped, or a constant differs
+EXIT_PARITY_GATE = 31   # parity: lossless, but a gate failed (--min-acceptance-length, --max-acceptance-drop, --min-top1)
 
 
 class PairingError(DflashError):

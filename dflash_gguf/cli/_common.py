@@ -126,7 +126,7 @@ def esc(value: Any) -> str:
     return escape(str(value))
 
 
-def error_line(exc: BaseException) -> None:
+def error_line(exc: BaseException | str) -> None:
     """The one ``error:`` line on stderr. Control characters are escaped: a corrupt key or name
     inside the message must not break the one-line contract."""
     from ..fileio.header_records import show

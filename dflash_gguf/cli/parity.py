@@ -7,9 +7,9 @@ from typing import Annotated, Optional
 
 import typer
 
-from ..errors import UsageError
+from ..errors import EXIT_PARITY_GATE, DflashError, UsageError
 from ._app import app
-from ._common import esc, note, out, warn, write
+from ._common import error_line, esc, note, out, warn, write
 
 FLAG_TOP1 = 0.9  # below this teacher-forced top-1 agreement a GGUF drafter is flagged
 
@@ -40,14 +40,22 @@ def parity_cmd(
     dump: Annotated[Optional[Path], typer.Option("--dump", help="Write per-step inputs/outputs as safetensors + index.json.")] = None,
     against: Annotated[Optional[Path], typer.Option("--against", help="Compare another runtime's dump (same format) with ours.")] = None,
     json_path: Annotated[Optional[Path], typer.Option("--json", help="Write the full report as JSON to this file ('-' for stdout).")] = None,
+    min_acceptance_length: Annotated[Optional[float], typer.Option("--min-acceptance-length", help="Gate: every GGUF drafter's mean acceptance length (pooled over the prompts) at least X (exit 31).")] = None,
+    max_acceptance_drop: Annotated[Optional[float], typer.Option("--max-acceptance-drop", help="Gate: a GGUF drafter's mean acceptance length at most this fraction below the reference's (0.1 = 10 %; beyond 1σ with --runs > 1; exit 31).")] = None,
+    min_top1: Annotated[Optional[float], typer.Option("--min-top1", help="Gate: teacher-forced top-1 agreement with the reference drafter at least P (exit 31).")] = None,
 ) -> None:
     """Run DFlash speculative decoding with the torch reference and measure GGUF drafters against it.
+
+    Exit 0 = lossless (and every gate passed); 30 = not lossless; 31 = a gate failed. The JSON report is written whatever the outcome.
 
     Example: dflash-gguf parity --target Qwen3-8B/ --drafter Qwen3-8B-DFlash-b16/ --drafter-gguf d-Q8_0.gguf --prompt "Hello"
     """
     from ..parity import (
         ParityFailure, ParityOptions, check_drafter_dir, read_prompts_file, require_torch, run_parity, tokenize,
     )
+    from ..parity.gates import Gates, evaluate
+
+    gates = Gates(min_acceptance_length, max_acceptance_drop, min_top1)
 
     given = [x is not None for x in (prompt_ids, prompt, prompts_file)]
     if sum(given) != 1:
@@ -72,27 +80,48 @@ def parity_cmd(
         from ..fileio.outputs import check_report
 
         check_report(json_path, inputs=inputs)  # now, not after the run
-    require_torch()  # before the prompts are tokenized: the run needs it
-    if prompt is not None:
-        prompts = [tokenize(prompt, target, tokenizer_dir)]
-    elif prompts_file is not None:
-        prompts = read_prompts_file(prompts_file, target, tokenizer_dir)
-    report = run_parity(target, drafter, prompts, drafter_ggufs=drafter_gguf or [], options=opts, dump=dump,
-                        against=against)
-    doc = report.to_json()
+    try:
+        require_torch()  # before the prompts are tokenized: the run needs it
+        if prompt is not None:
+            prompts = [tokenize(prompt, target, tokenizer_dir)]
+        elif prompts_file is not None:
+            prompts = read_prompts_file(prompts_file, target, tokenizer_dir)
+        report = run_parity(target, drafter, prompts, drafter_ggufs=drafter_gguf or [], options=opts, dump=dump,
+                            against=against)
+    except DflashError as exc:
+        if json_path is not None:  # CI reads the report: a failed run is still one JSON document
+            _write_report(json_path, {"exit_code": exc.exit_code,
+                                      "error": {"type": type(exc).__name__, "message": str(exc)}}, inputs)
+        raise
+    results = evaluate(report, gates)
+    failed = [g for g in results if not g.passed]
+    code = ParityFailure.exit_code if not report.lossless else EXIT_PARITY_GATE if failed else 0
     if json_path is not None:
-        text = json.dumps(doc, indent=2) + "\n"
-        if str(json_path) == "-":
-            write(text)
-        else:
-            from ..fileio.outputs import write_text
-
-            write_text(json_path, text, inputs=inputs)
+        _write_report(json_path, {**report.to_json(), "gates": [g.to_json() for g in results], "exit_code": code},
+                      inputs)
     if json_path is None or str(json_path) != "-":
         _render(report)
+        for g in results:
+            note(f"gate {g.gate} {'passed' if g.passed else 'FAILED'}: {Path(g.drafter).name}: {g.detail}")
     if not report.lossless:
         raise ParityFailure("temperature 0 output differs from the target's greedy decoding (not lossless); "
                             "see 'lossless' in the report")
+    if failed:
+        which = ", ".join(f"{g.gate} on {Path(g.drafter).name}" for g in failed)
+        error_line(f"{len(failed)} of {len(results)} gates failed: {which}")
+        raise typer.Exit(EXIT_PARITY_GATE)
+    if results:
+        out.print(f"parity: lossless; {len(results)} of {len(results)} gates passed", markup=False)
+
+
+def _write_report(json_path: Path, doc: dict, inputs) -> None:
+    text = json.dumps(doc, indent=2) + "\n"
+    if str(json_path) == "-":
+        write(text)
+    else:
+        from ..fileio.outputs import write_text
+
+        write_text(json_path, text, inputs=inputs)
 
 
 def _render(report) -> None:

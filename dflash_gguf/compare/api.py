@@ -25,7 +25,7 @@ from ..convert.plan import NEOX_PERMUTE, Routes, route_tensors, transform_of
 from ..errors import GGUFFormatError, InputError, UsageError
 from ..fileio.gguf_reader import GGUFFile, read_gguf
 from ..fileio.safetensors import FLOAT_DTYPES, read_inventory
-from ..formats import Format, meta_from_gguf
+from ..formats import DrafterMeta, Format, meta_from_gguf
 from ..formats.names import OUTPUT, ROPE_FREQS, TOKEN_EMBD
 from .diagnose import diagnose_failures, flag_outliers
 from .constants import compare_constants
@@ -65,14 +65,13 @@ def compare_weights(
         raise InputError(f"{d}: not a directory; pass the drafter checkpoint dir (config.json + model.safetensors)")
     inventory = read_inventory(d)
     cfg = load_config(d)
-    f, fmt = _open_drafter_gguf(gguf_path)
+    f, fmt, file_meta = _open_drafter_gguf(gguf_path)
     if fmt is None:
         meta_from_gguf(f.kvs, f.shapes(), gguf_path)  # raises the precise "not a drafter" error
     report = CompareReport(_CHECKPOINT_MODE, d, Path(gguf_path), fmt.name, None, [], [], requantize,
                            dict(tolerances or {}))
     routes = route_tensors(cfg, fmt, inventory, target_hidden=cfg.target_hidden_size or cfg.hidden_size)
     if constants:
-        _, file_meta = meta_from_gguf(f.kvs, f.shapes(), gguf_path)
         report.constants = compare_constants(cfg, fmt, routes, f, file_meta)
     with Files() as files:
         matched = _pair_checkpoint(report, cfg, routes, f, fmt, files)
@@ -96,8 +95,8 @@ def compare_ggufs(
     against ggml's encoding of those values ("bit-identical").
     """
     t0 = time.perf_counter()
-    fa, fmt_a = _open_drafter_gguf(a_path)
-    fb, fmt_b = _open_drafter_gguf(b_path)
+    fa, fmt_a, _ = _open_drafter_gguf(a_path)
+    fb, fmt_b, _ = _open_drafter_gguf(b_path)
     report = CompareReport(_GGUF_MODE, Path(a_path), Path(b_path), fmt_b.name if fmt_b else None,
                            fmt_a.name if fmt_a else None, [], [], requantize, dict(tolerances or {}))
     with Files() as files:
@@ -118,13 +117,14 @@ def compare(a: str | Path, b: str | Path, **kwargs) -> CompareReport:
     raise InputError(f"{pa}: no such file or directory; pass a drafter checkpoint dir or a GGUF")
 
 
-def _open_drafter_gguf(path: str | Path) -> tuple[GGUFFile, Format | None]:
+def _open_drafter_gguf(path: str | Path) -> tuple[GGUFFile, Format | None, DrafterMeta | None]:
+    """The file, its drafter format and parsed keys (None, None when it is not a drafter)."""
     f = read_gguf(path)
     try:
-        fmt, _ = meta_from_gguf(f.kvs, f.shapes(), path)
+        fmt, meta = meta_from_gguf(f.kvs, f.shapes(), path)
     except GGUFFormatError:
-        return f, None
-    return f, fmt
+        return f, None, None
+    return f, fmt, meta
 
 
 def _pair_checkpoint(report: CompareReport, cfg: DrafterConfig, routes: Routes, f: GGUFFile, fmt: Format,

@@ -1,0 +1,81 @@
+"""parity/gates.py: thresholds a parity run fails on, judged on the trained pair in fixtures/runtime
+(a drafter whose acceptance is real, so a wrong constant shows as a real drop)."""
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from dflash_gguf.errors import EXIT_PARITY_GATE, UsageError
+from dflash_gguf.parity.gates import Gates
+
+from tests.conftest import FIXTURES, optional_packages
+
+RUNTIME = FIXTURES / "runtime"
+PROMPTS = RUNTIME / "prompts.jsonl"  # the text the pair was trained on: acceptance far above 1
+
+
+def test_flags_out_of_range_are_usage_errors():
+    for kw in ({"min_acceptance_length": float("nan")}, {"max_acceptance_drop": 1.5}, {"min_top1": -0.1}):
+        with pytest.raises(UsageError):
+            Gates(**kw)
+    assert not Gates().any and Gates(min_top1=0.9).any
+
+
+@pytest.fixture(scope="module")
+def wrong_theta(tmp_path_factory):
+    """The trained drafter converted from a config whose rope_theta is wrong (1e4, trained at 1e6)."""
+    from dflash_gguf.convert import convert
+
+    d = tmp_path_factory.mktemp("theta") / "drafter"
+    shutil.copytree(RUNTIME / "drafter", d)
+    cfg = json.loads((d / "config.json").read_text())
+    cfg["rope_theta"] = 10000.0
+    (d / "config.json").write_text(json.dumps(cfg))
+    out = d.parent / "wrong-theta.gguf"
+    with optional_packages():  # the target dir's tokenizer needs the [tokenizers] extra
+        convert(d, out, target_dir=RUNTIME / "target")
+    return out
+
+
+def _parity(cli, tmp_path, gguf, *gates):
+    pytest.importorskip("torch", reason="torch is not installed (the [torch] extra)")
+    pytest.importorskip("tokenizers", reason="tokenizers is not installed (the [tokenizers] extra)")
+    rep = tmp_path / "r.json"
+    code, so, se = cli("parity", "--target", RUNTIME / "target", "--drafter", RUNTIME / "drafter",
+                       "--drafter-gguf", gguf, "--prompts-file", PROMPTS, "--max-new-tokens", 48, "--device", "cpu",
+                       "--json", rep, *gates)
+    return code, json.loads(rep.read_text()), so, se
+
+
+GATES = ("--max-acceptance-drop", "0.1", "--min-acceptance-length", "4", "--min-top1", "0.9")
+
+
+def test_the_good_pair_passes_every_gate(cli, tmp_path):
+    code, doc, so, se = _parity(cli, tmp_path, RUNTIME / "drafter.gguf", *GATES)
+    assert code == 0, se
+    assert so.strip().splitlines()[-1] == "parity: lossless; 3 of 3 gates passed"
+    assert doc["exit_code"] == 0 and len(doc["gates"]) == 3 and all(g["passed"] for g in doc["gates"])
+
+
+def test_a_wrong_theta_fails_the_drop_gate(cli, tmp_path, wrong_theta):
+    code, doc, _, se = _parity(cli, tmp_path, wrong_theta, *GATES)
+    assert code == EXIT_PARITY_GATE and doc["exit_code"] == EXIT_PARITY_GATE
+    gates = {g["gate"]: g for g in doc["gates"]}
+    assert not gates["max_acceptance_drop"]["passed"] and gates["max_acceptance_drop"]["value"] > 0.1
+    assert se.strip().splitlines()[-1] == ("error: 3 of 3 gates failed: min_acceptance_length on wrong-theta.gguf, "
+                                           "max_acceptance_drop on wrong-theta.gguf, min_top1 on wrong-theta.gguf")
+    # without gates the same run is a report, not a verdict
+    code, doc, _, _ = _parity(cli, tmp_path, wrong_theta)
+    assert code == 0 and doc["gates"] == []
+
+
+def test_a_failed_run_still_writes_its_json(cli, tmp_path):
+    rep = tmp_path / "r.json"
+    code, _, se = cli("parity", "--target", RUNTIME / "target", "--drafter", RUNTIME / "drafter",
+                      "--drafter-gguf", tmp_path / "missing.gguf", "--prompt-ids", "1,2,3", "--device", "cpu",
+                      "--json", rep)
+    pytest.importorskip("torch", reason="torch is not installed (the [torch] extra)")
+    doc = json.loads(rep.read_text())
+    assert code != 0 and doc["exit_code"] == code and doc["error"]["message"] in se
