@@ -96,6 +96,7 @@ EXIT_UNKNOWN = 11       # check-instruct: verdict unknown (0 with --allow-unknow
 EXIT_FINDINGS = 12      # check: an error-severity finding in the file itself
 EXIT_PAIRING = 13       # check --target (and bench, PairingError): drafter and target do not fit
 EXIT_MISMATCH = 20      # compare-weights: a tensor out of tolerance, missing, extra or mis-shaped, or a constant differs
+EXIT_GATE = 50          # gate: the release candidate is refused (an error-severity finding no waiver covers)
 EXIT_PARITY_GATE = 31   # parity: lossless, but a gate failed (--min-acceptance-length, --max-acceptance-drop, --min-top1)
 
 

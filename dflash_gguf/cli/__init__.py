@@ -37,6 +37,7 @@ COMMANDS = {
     "compare": ("compare-weights",),
     "parity": ("parity",),
     "bench": ("bench",),
+    "gate": ("gate",),
 }
 _MODULE_OF = {cmd: mod for mod, cmds in COMMANDS.items() for cmd in cmds}
 

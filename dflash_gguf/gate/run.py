@@ -1,0 +1,198 @@
+"""``run_gate``: every check a drafter release needs, in order, as one verdict.
+
+1. ``check --deep`` on every drafter GGUF (header and data) and ``check`` on a target GGUF;
+2. ``check-instruct`` on the target (a GGUF's metadata; a Hugging Face dir's chat template);
+3. pairing: each drafter GGUF against a target GGUF (``check --target``);
+4. ``compare-weights`` of each drafter GGUF against the checkpoint, constants included;
+5. ``parity`` with the policy's gates, when torch is installed and prompts are given.
+
+A stage that cannot read a candidate (a truncated file, a corrupt header) does not stop the
+gate: the failure is a finding of that stage, and the next stages run where they still can.
+The library never prints; ``cli/gate.py`` renders the ``GateReport``.
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+from ..errors import DflashError, UsageError
+from .findings import ERROR, FAILED, INFO, PASSED, SKIPPED, WARNING, GateFinding, GateReport, StageResult
+from .policy import Policy
+
+
+# What --allow-base-target turns into notes: every finding that says "the target is a base model"
+BASE_TARGET_RULES = frozenset({"instruct-verdict-base", "instruct-no-chat-template", "pair-target-base"})
+
+
+@dataclass(frozen=True)
+class GateInputs:
+    drafter: Path  # the checkpoint dir: the reference
+    drafter_ggufs: tuple[Path, ...]  # the release candidates
+    target: Path | None = None  # a GGUF or a Hugging Face dir
+    prompts: tuple[tuple[int, ...], ...] = ()  # parity's prompt ids; none: parity is skipped
+    allow_base_target: bool = False
+    require_parity: bool = False
+    max_new_tokens: int = 64
+    device: str = "auto"
+
+
+def run_gate(inputs: GateInputs, policy: Policy = Policy()) -> GateReport:
+    """Run every stage and apply the policy (severities, waivers) to what they found."""
+    if not inputs.drafter_ggufs:
+        raise UsageError("gate needs at least one --drafter-gguf (the files to release)")
+    target_gguf = inputs.target if inputs.target is not None and inputs.target.is_file() else None
+    check, pairing = _check_stages(inputs.drafter_ggufs, target_gguf)
+    stages = [check, _instruct_stage(inputs), pairing, _compare_stage(inputs), _parity_stage(inputs, policy)]
+    for s in stages:
+        if inputs.allow_base_target:
+            s.findings = [f.with_severity(INFO) if f.rule_id in BASE_TARGET_RULES else f for f in s.findings]
+        s.findings = policy.apply(s.findings)
+        if s.status != SKIPPED:
+            s.status = FAILED if any(f.blocking for f in s.findings) else PASSED
+    return GateReport(stages)
+
+
+def _failure(stage: str, path: Path, exc: DflashError) -> GateFinding:
+    return GateFinding(stage, f"{stage}-{type(exc).__name__}", ERROR, str(path), str(exc))
+
+
+def _check_stages(ggufs: Sequence[Path], target: Path | None) -> tuple[StageResult, StageResult]:
+    from ..guards.run import run_checks
+
+    check, pairing = StageResult("check", PASSED, ""), StageResult("pairing", PASSED, "")
+    for path in ggufs:
+        try:
+            report = run_checks(path, target=target, deep=True)
+        except DflashError as exc:
+            check.findings.append(_failure("check", path, exc))
+            continue
+        for f in report.findings:
+            stage = pairing if f.category == "pairing" else check
+            stage.findings.append(GateFinding(stage.name, f.code, f.severity.value, f.file or str(path), f.message,
+                                              f.where))
+    if target is not None:
+        try:
+            report = run_checks(target)
+            check.findings += [GateFinding("check", f.code, f.severity.value, f.file or str(target), f.message,
+                                           f.where) for f in report.findings]
+        except DflashError as exc:
+            check.findings.append(_failure("check", target, exc))
+    n = len(ggufs) + (target is not None)
+    check.summary = f"{n} file(s), drafters scanned to the last byte"
+    if target is None:
+        pairing.status, pairing.summary = SKIPPED, "no target GGUF (--target T.gguf pairs each drafter with it)"
+    else:
+        pairing.summary = f"{len(ggufs)} drafter(s) against {target.name}"
+    return check, pairing
+
+
+def _instruct_stage(inputs: GateInputs) -> StageResult:
+    stage = StageResult("check-instruct", PASSED, "")
+    t = inputs.target
+    if t is None:
+        stage.status, stage.summary = SKIPPED, "no --target"
+        return stage
+    if t.is_dir():
+        stage.summary = f"{t.name}: Hugging Face dir, chat template"
+        if not _has_chat_template(t):
+            stage.findings.append(GateFinding(
+                "check-instruct", "instruct-no-chat-template", ERROR, str(t),
+                "the target has no chat template (tokenizer_config.json chat_template, chat_template.jinja/.json): "
+                "a base model? (--allow-base-target for a drafter trained against a base model)"))
+        return stage
+    from ..guards.instruct import Verdict, classify
+    from ..guards.shards import load_complete
+
+    try:
+        v = classify(load_complete(t).model)
+    except DflashError as exc:
+        stage.findings.append(_failure("check-instruct", t, exc))
+        return stage
+    stage.summary = f"{t.name}: {v.verdict.value} ({v.reason})"
+    if v.verdict == Verdict.BASE:
+        stage.findings.append(GateFinding("check-instruct", "instruct-verdict-base", ERROR, str(t),
+                                          f"the target is a base model: {v.reason} (--allow-base-target for a "
+                                          "drafter trained against a base model)"))
+    elif v.verdict == Verdict.UNKNOWN:
+        stage.findings.append(GateFinding("check-instruct", "instruct-verdict-unknown", WARNING, str(t),
+                                          f"instruct or base cannot be told from the metadata: {v.reason}"))
+    return stage
+
+
+def _has_chat_template(d: Path) -> bool:
+    if (d / "chat_template.jinja").is_file() or (d / "chat_template.json").is_file():
+        return True
+    try:
+        cfg = json.loads((d / "tokenizer_config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(cfg, dict) and bool(cfg.get("chat_template"))
+
+
+def _compare_stage(inputs: GateInputs) -> StageResult:
+    from ..compare import compare_weights
+
+    stage = StageResult("compare-weights", PASSED, "")
+    counts = []
+    for path in inputs.drafter_ggufs:
+        try:
+            r = compare_weights(inputs.drafter, path)
+        except DflashError as exc:
+            stage.findings.append(_failure("compare-weights", path, exc))
+            continue
+        counts.append(f"{path.name}: {r.summary}")
+        for t in r.tensors:
+            if not t.passed:
+                stage.findings.append(GateFinding("compare-weights", f"tensor-{t.status}", ERROR, str(path),
+                                                  f"{t.name}: {t.status}" + (f": {t.detail}" if t.detail else ""),
+                                                  f"tensor {t.name}"))
+        for c in r.constants_differing:
+            stage.findings.append(GateFinding("compare-weights", f"constant-{c.status}", ERROR, str(path), c.detail,
+                                              f"key {c.key}"))
+    stage.summary = "; ".join(counts) or "nothing compared"
+    return stage
+
+
+def _parity_stage(inputs: GateInputs, policy: Policy) -> StageResult:
+    stage = StageResult("parity", PASSED, "")
+    why = None
+    if importlib.util.find_spec("torch") is None:
+        why = "torch is not installed (pip install 'dflash-gguf[torch]')"
+    elif inputs.target is None:
+        why = "no --target"
+    elif not inputs.prompts:
+        why = "no prompts (--prompt-ids, --prompt or --prompts-file)"
+    if why is not None:
+        stage.status, stage.summary = SKIPPED, why
+        if inputs.require_parity:
+            stage.status = FAILED
+            stage.findings.append(GateFinding("parity", "parity-required", ERROR, str(inputs.drafter),
+                                              f"--require-parity, but parity cannot run: {why}"))
+        return stage
+    from ..parity import ParityOptions, run_parity
+    from ..parity.gates import Gates, evaluate
+
+    gates = Gates(**{k: policy.thresholds.get(k) for k in ("min_acceptance_length", "max_acceptance_drop",
+                                                          "min_top1")})
+    try:
+        report = run_parity(inputs.target, inputs.drafter, [list(p) for p in inputs.prompts],
+                            drafter_ggufs=list(inputs.drafter_ggufs),
+                            options=ParityOptions(max_new_tokens=inputs.max_new_tokens, device=inputs.device))
+    except DflashError as exc:
+        stage.findings.append(_failure("parity", inputs.drafter, exc))
+        stage.summary = "could not run (below)"
+        return stage
+    if not report.lossless:
+        stage.findings.append(GateFinding("parity", "parity-not-lossless", ERROR, str(inputs.drafter),
+                                          "at temperature 0 the speculative output differs from the target's greedy "
+                                          "decoding"))
+    results = evaluate(report, gates)
+    for g in results:
+        if not g.passed:
+            stage.findings.append(GateFinding("parity", f"parity-{g.gate}", ERROR, g.drafter, g.detail,
+                                              f"drafter {Path(g.drafter).name}"))
+    stage.summary = f"{len(report.prompts)} prompt(s), {len(results)} gate check(s) on {report.device}"
+    return stage
