@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Callable, Iterable, Iterator
 from ..config import MASK_FILE, DrafterConfig, load_config
 from ..errors import TargetError, UsageError
 from ..fileio.gguf_constants import GGMLQuantizationType as Q
+from ..fileio.gguf_header import is_gguf_file
 from ..fileio.gguf_writer import FileSpan, TensorOut, WriteReport, write_gguf
 from ..fileio.safetensors import SourceTensor, bf16_bytes_to_f32, iter_raw, read_inventory, read_raw, to_f32
 from ..formats import get_format
@@ -61,6 +62,10 @@ def plan_conversion(
     fmt = get_format(format)
     if target_gguf and target_dir:
         raise UsageError("pass only one of --target-gguf and --target-dir")
+    if is_gguf_file(drafter_dir):
+        raise UsageError(f"{drafter_dir}: a GGUF file, already converted; convert takes the drafter checkpoint "
+                         "directory (config.json + safetensors). To change a GGUF's format use "
+                         "'dflash-gguf retarget', its type 'dflash-gguf quantize'")
     cfg = load_config(drafter_dir)
     inventory = read_inventory(drafter_dir)
     tokenizer, target_hidden, notes, mrope = [], None, [], False

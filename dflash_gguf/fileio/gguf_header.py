@@ -76,6 +76,20 @@ class GGUFHeader:
 
 # --- reader ------------------------------------------------------------------------------
 
+def is_gguf_file(path: str | os.PathLike[str]) -> bool:
+    """A regular file that starts with GGUF's magic or is named ``*.gguf``: what a command that
+    takes a checkpoint directory should refuse by name, not report as broken JSON."""
+    p = Path(path)
+    if not p.is_file():
+        return False
+    try:
+        with open(p, "rb") as f:
+            magic = f.read(4)
+    except OSError:
+        return False  # the loader reports an unreadable file
+    return magic == MAGIC or p.suffix.lower() == ".gguf"
+
+
 def read_header(path: str | os.PathLike[str]) -> GGUFHeader:
     """Read and validate a GGUF header without touching tensor data.
 

@@ -15,7 +15,7 @@ from typing import Any, Sequence
 
 from .._lazy import require
 from ..errors import UsageError
-from ..fileio.header_records import MAGIC as GGUF_MAGIC
+from ..fileio.gguf_header import is_gguf_file
 from .dumps import compare_dumps, dump_prompt, write_index
 from .emulate import load_emulated
 from .logits import logit_parity
@@ -122,15 +122,7 @@ def require_torch() -> None:
 def check_drafter_dir(drafter: str | Path) -> None:
     """``--drafter`` is the reference checkpoint (config.json + safetensors); a GGUF given there
     would otherwise be read as a config.json and reported as broken JSON."""
-    p = Path(drafter)
-    if not p.is_file():
-        return
-    try:
-        with open(p, "rb") as f:
-            magic = f.read(4)
-    except OSError:
-        return  # the loader reports an unreadable file
-    if magic == GGUF_MAGIC or p.suffix.lower() == ".gguf":
+    if is_gguf_file(drafter):
         raise UsageError(f"--drafter {drafter}: a GGUF file; --drafter takes the original checkpoint directory "
                          f"(config.json + safetensors), the reference: pass GGUFs to compare with --drafter-gguf")
 

@@ -12,7 +12,7 @@ from gguf import GGMLQuantizationType as Q
 from gguf import GGUFValueType
 
 from ..errors import QuantizationError
-from ..fileio.gguf_kv import get_int
+from ..fileio.gguf_kv import bad_kv, get_int
 from ..fileio.gguf_writer import tensor_nbytes
 from ..fileio.types import KV
 from .policy import ftype_id, ggml_n_dims, layer_of, plan_types, resolve_ftype, tensor_allows_quantization
@@ -64,8 +64,12 @@ def requantize_layout(
     arch = kv_by.get("general.architecture")
     n_layer = None
     if arch is not None and isinstance(arch.value, str):
-        # llama-quantize reads n_layer as a uint32: any other type is a file it refuses too
-        n_layer = get_int(kv_by, f"{arch.value}.block_count", None, required=False, path=where)
+        # llama-quantize reads n_layer as a uint32 (llama_model_loader's get_key checks the type and
+        # throws "wrong type"): any other integer type is a file it refuses, so we refuse it too
+        key = f"{arch.value}.block_count"
+        n_layer = get_int(kv_by, key, None, required=False, path=where)
+        if n_layer is not None and kv_by[key].type != GGUFValueType.UINT32:
+            raise bad_kv(where, kv_by[key], "a UINT32 (llama-quantize refuses any other type)")
     if n_layer is None:  # as llama.cpp parses names: sscanf("blk.%d."), -1 when it does not match
         n_layer = 1 + max((layer_of(n) for n, *_ in tensors), default=-1)
     src_types = {n: t for n, _s, t in tensors}

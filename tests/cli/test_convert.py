@@ -8,7 +8,7 @@ from collections import Counter
 
 from gguf import GGUFReader
 
-from tests.conftest import DRAFTERS, TARGETS
+from tests.conftest import DRAFTERS, FIXTURES, TARGETS
 
 DRAFTER = DRAFTERS / "gemma-style"
 TARGET = TARGETS / "llama-tiny.gguf"  # a target GGUF: no tokenizer packages needed
@@ -91,3 +91,12 @@ def test_refusals(cli, tmp_path):
     assert out.read_bytes()[:4] == b"GGUF"
     code, _, se = _convert(cli, "-o", tmp_path / "x.gguf", "--outtype", "q3_k")
     assert code == 2 and "q3_k" in se and len(se.strip().splitlines()) == 1
+
+
+def test_a_gguf_given_as_the_checkpoint_is_named_as_one(cli):
+    gguf = FIXTURES / "runtime" / "drafter.gguf"
+    code, _, se = cli("convert", gguf, "-o", "never-written.gguf")
+    assert code == 2 and se.strip().splitlines() == [
+        f"error: {gguf}: a GGUF file, already converted; convert takes the drafter checkpoint directory "
+        "(config.json + safetensors). To change a GGUF's format use 'dflash-gguf retarget', its type "
+        "'dflash-gguf quantize'"]

@@ -78,3 +78,10 @@ def test_an_already_quantized_input_is_refused_unless_allowed():
         "blk.0.attn_q.weight": (Q.Q4_K, Q.Q8_0), "blk.0.attn_norm.weight": (Q.F16, Q.F16)}
     # a quantized tensor llama-quantize would not touch (1-D) is no reason to refuse
     requantize_layout(_kvs(1), [("blk.0.attn_norm.weight", (256,), Q.Q8_0)], "q8_0")
+
+
+def test_a_block_count_of_another_integer_type_is_refused_as_llama_quantize_does():
+    """llama_model_loader's get_key checks the key's type: an INT32 block_count makes
+    llama-quantize throw "wrong type", so our quantize refuses the file the same way."""
+    with pytest.raises(GGUFFormatError, match="qwen3.block_count .*a UINT32"):
+        requantize_layout(_kvs(2, V.INT32), [("blk.0.ffn_down.weight", (256, 256), Q.F32)], "q8_0")
