@@ -28,6 +28,7 @@ from .findings import SEVERITIES, GateFinding
 OFF = "off"
 DEFAULT_THRESHOLDS = {"max_acceptance_drop": 0.1, "min_top1": 0.9, "min_acceptance_length": None}
 _SECTIONS = {"thresholds", "severity", "waiver"}
+MAX_POLICY_BYTES = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -63,6 +64,9 @@ def load_policy(path: str | Path | None) -> Policy:
         return Policy()
     p = Path(path)
     try:
+        if p.stat().st_size > MAX_POLICY_BYTES:  # a policy is a few lines: refuse to read a huge file whole
+            raise UsageError(f"--policy {p}: {p.stat().st_size:,} bytes; a policy file is at most "
+                             f"{MAX_POLICY_BYTES:,} bytes")
         doc = tomllib.loads(p.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise UsageError(f"--policy {p}: no such file") from None

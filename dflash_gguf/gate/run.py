@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from ..errors import DflashError, UsageError
+from ..errors import DflashError, InputError, UsageError
 from .findings import ERROR, FAILED, INFO, PASSED, SKIPPED, WARNING, GateFinding, GateReport, StageResult
 from .policy import Policy
 
@@ -40,9 +40,18 @@ class GateInputs:
 
 
 def run_gate(inputs: GateInputs, policy: Policy = Policy()) -> GateReport:
-    """Run every stage and apply the policy (severities, waivers) to what they found."""
+    """Run every stage and apply the policy (severities, waivers) to what they found.
+
+    Raises:
+        UsageError: no candidate.  InputError: the checkpoint dir or the target does not exist.
+    """
     if not inputs.drafter_ggufs:
         raise UsageError("gate needs at least one --drafter-gguf (the files to release)")
+    if not inputs.drafter.is_dir():  # the reference, not a candidate: no stage can judge without it
+        raise InputError(f"{inputs.drafter}: not a directory; --drafter is the checkpoint the candidates are "
+                         "judged against (config.json + safetensors)")
+    if inputs.target is not None and not inputs.target.exists():
+        raise InputError(f"{inputs.target}: no such file or directory (--target)")
     target_gguf = inputs.target if inputs.target is not None and inputs.target.is_file() else None
     check, pairing = _check_stages(inputs.drafter_ggufs, target_gguf)
     stages = [check, _instruct_stage(inputs), pairing, _compare_stage(inputs), _parity_stage(inputs, policy)]

@@ -51,3 +51,11 @@ def test_bad_policies_are_one_usage_error(tmp_path, text, says):
 def test_a_missing_policy_file_is_named(tmp_path):
     with pytest.raises(UsageError, match="no such file"):
         load_policy(tmp_path / "nope.toml")
+
+
+def test_a_huge_policy_file_is_refused_unread(tmp_path):
+    p = tmp_path / "policy.toml"
+    with open(p, "wb") as f:
+        f.truncate(64 << 20)  # sparse: costs nothing on disk
+    with pytest.raises(UsageError, match="a policy file is at most 1,048,576 bytes"):
+        load_policy(p)

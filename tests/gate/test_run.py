@@ -116,3 +116,12 @@ def test_parity_gates_refuse_a_wrong_theta_conversion(tmp_path):
     rules = {rule for stage, rule in _blocking(r) if stage == "parity"}
     assert "parity-max_acceptance_drop" in rules or "parity-min_top1" in rules
     assert ("compare-weights", "constant-differs") in _blocking(r)  # its config is not the reference's
+
+
+def test_a_missing_reference_or_target_is_an_input_error_not_a_finding(tmp_path):
+    from dflash_gguf.errors import InputError
+
+    with pytest.raises(InputError, match="--drafter is the checkpoint"):
+        run_gate(GateInputs(tmp_path / "nope", (GGUF,), TARGET))
+    with pytest.raises(InputError, match="--target"):
+        _gate(GGUF, target=tmp_path / "nope.gguf")
