@@ -13,13 +13,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..errors import ConfigError
-from .values import coerce, flag
-
-if TYPE_CHECKING:
-    from .drafter import Resolver
+from .values import Resolver, coerce, flag
 
 LAYER_TYPES = ("sliding_attention", "full_attention")
 QWEN3_MAX_WINDOW_LAYERS = 28  # Qwen3Config's default

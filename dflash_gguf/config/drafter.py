@@ -19,7 +19,7 @@ from .attention import HFAttention, parse_hf_attention, resolve_swa
 from .dspark import (ALL_DSPARK_ARCHS, DSPARK_ARCHS, DSparkSpec, layer_config_default_theta, normalize_dspark,
                      parse_dspark)
 from .rope import RopeScaling, parse_rope
-from .values import INT32_MAX, MAX_BLOCK_SIZE, MAX_HEAD_DIM, MAX_LAYERS, coerce, flag, read_config_json
+from .values import MAX_BLOCK_SIZE, MAX_HEAD_DIM, MAX_LAYERS, Resolver, coerce, flag, read_config_json
 
 DFLASH1_ARCH = "DFlashDraftModel"
 DFLASH2_ARCH = "DFlash2DraftModel"
@@ -263,57 +263,6 @@ def parse_config(raw: dict[str, Any], cfg_path: Path) -> DrafterConfig:
         warnings=tuple(r.warnings),
         **conv,
     )
-
-
-class Resolver:
-    """Typed lookups that remember where each value came from (integers default to >= 1)."""
-
-    def __init__(self, raw: dict[str, Any], path: Path):
-        self.raw = raw
-        self.path = path
-        dflash = raw.get("dflash_config") or {}
-        if not isinstance(dflash, dict):
-            raise ConfigError(f"{path}: dflash_config must be an object, got {type(dflash).__name__}")
-        self.dflash = dflash
-        self.sources: dict[str, str] = {}
-        self.warnings: list[str] = []
-
-    def _lookup(self, name: str, nested: bool) -> tuple[Any, str | None]:
-        if nested and self.dflash.get(name) is not None:
-            return self.dflash[name], f"dflash_config.{name}"
-        if self.raw.get(name) is not None:
-            return self.raw[name], f"config.{name}"
-        return None, None
-
-    def _get(self, name: str, nested: bool, required: bool, default: Any, kind: type, **bounds) -> Any:
-        value, source = self._lookup(name, nested)
-        if value is None:
-            if default is not None:
-                self.sources[name] = "default"
-                return default
-            if required:
-                where = f"dflash_config.{name} or top-level {name}" if nested else name
-                raise ConfigError(f"{self.path}: required key {where} is missing; add it to config.json")
-            return None
-        self.sources[name] = source
-        return coerce(value, kind, source, self.path, **bounds)
-
-    def top_int(self, name: str, required: bool = True, default: int | None = None,
-                lo: int | None = 1, hi: int = INT32_MAX) -> int:
-        return self._get(name, False, required, default, int, lo=lo, hi=hi)
-
-    def top_float(self, name: str, required: bool = True, default: float | None = None) -> float:
-        return self._get(name, False, required, default, float)
-
-    def knob_int(self, name: str, required: bool = False, default: int | None = None,
-                 lo: int | None = 1) -> int | None:
-        value = self._get(name, True, required, default, int, lo=lo)
-        if self.sources.get(name) == "default":
-            self.warnings.append(f"{name} not in config; using the reference default {default}")
-        return value
-
-    def knob_float(self, name: str) -> float | None:
-        return self._get(name, True, False, None, float)
 
 
 def build_target_layer_ids(num_target_layers: int, num_draft_layers: int) -> tuple[int, ...]:

@@ -11,9 +11,8 @@ from typing import Any
 
 from ..errors import ConfigError
 from .attention import HFAttention, parse_hf_attention, parse_layer_names
-from .drafter import Resolver
 from .rope import RopeScaling, parse_rope
-from .values import MAX_HEAD_DIM, MAX_LAYERS, flag, read_config_json
+from .values import MAX_HEAD_DIM, MAX_LAYERS, Resolver, flag, read_config_json
 
 
 @dataclass(frozen=True)
