@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from tests.compare.conftest import LLAMA_GGUF, converted, rewrite, tensor_bytes  # noqa: F401  (converted: a fixture)
+from tests.compare.conftest import LLAMA_GGUF, rewrite, tensor_bytes
 from tests.conftest import DRAFTERS
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dflash_gguf.quants import _numba, quantize, resolve_qtype, row_nbytes
+from dflash_gguf.quants import quantize, resolve_qtype, row_nbytes
 
 from .test_quants import _ggml_base, describe_mismatch
 
@@ -103,14 +103,5 @@ def test_live_ggml_on_adversarial_subblocks(qtype, nmax, backend):
         assert np.array_equal(got.reshape(-1), want), f"{name}: " + describe_mismatch(x, got, want, qtype)
         literal += _literal_requant(x, want.reshape(got.shape[0] * 4, -1))
     assert literal > 0, "no sub-block reached the literal requantization: the cases lost their edge"
-
-
-@pytest.fixture
-def backend(request):
-    if request.param == "numba" and not _numba.AVAILABLE:
-        pytest.skip("numba is not installed")
-    prev = _numba.set_enabled(request.param == "numba")
-    yield request.param
-    _numba.set_enabled(prev)
 
 

@@ -42,17 +42,6 @@ def with_backends(types) -> list:
     ]
 
 
-@pytest.fixture
-def backend(request):
-    """Run the test on the numpy path or the numba kernels (indirect param), then restore."""
-    use_numba = request.param == "numba"
-    if use_numba and not _numba.AVAILABLE:
-        pytest.skip("numba is not installed")
-    prev = _numba.set_enabled(use_numba)
-    yield request.param
-    _numba.set_enabled(prev)
-
-
 @pytest.fixture(scope="module")
 def golden():
     if not GOLDEN.is_file():

@@ -12,7 +12,7 @@ from gguf import quants as gguf_quants
 
 from dflash_gguf.errors import QuantizationError
 from dflash_gguf.fileio.gguf_reader import TensorReader, read_gguf
-from dflash_gguf.quants import _numba, quantize
+from dflash_gguf.quants import quantize
 from dflash_gguf.quants.rows import quantize_rows
 from dflash_gguf.quants.scratch import Scratch
 
@@ -47,16 +47,8 @@ def _write(path, nan_at=None):
             "q8_0": gguf_quants.dequantize(q8, Q.Q8_0).astype(np.float32)}
 
 
-@pytest.fixture(params=["numpy", "numba"])
-def backend(request):
-    if request.param == "numba" and not _numba.AVAILABLE:
-        pytest.skip("numba is not installed")
-    prev = _numba.set_enabled(request.param == "numba")
-    yield request.param
-    _numba.set_enabled(prev)
-
-
 @pytest.mark.parametrize("qtype", [Q.Q8_0, Q.Q4_K, Q.F16])
+@pytest.mark.parametrize("backend", ["numpy", "numba"], indirect=True)
 def test_rows_are_quantize_of_the_decoded_values(tmp_path, backend, qtype):
     want_values = _write(tmp_path / "in.gguf")
     f = read_gguf(tmp_path / "in.gguf")
@@ -70,6 +62,7 @@ def test_rows_are_quantize_of_the_decoded_values(tmp_path, backend, qtype):
 
 
 @pytest.mark.parametrize("name", ["f32", "f16", "bf16"])
+@pytest.mark.parametrize("backend", ["numpy", "numba"], indirect=True)
 def test_a_non_finite_value_is_named_by_its_index_in_the_whole_tensor(tmp_path, backend, name):
     _write(tmp_path / "nan.gguf", nan_at=(7, 300))
     f = read_gguf(tmp_path / "nan.gguf")

@@ -169,7 +169,7 @@ def files_from_gguf(path: Path, profile: str) -> tuple[dict[str, Any], dict[str,
         extra.update(clean_up_tokenization_spaces=True, model_max_length=131072,
                      tokenizer_class="PreTrainedTokenizerFast")
     elif gemma:
-        tj = _gemma_json(vocab, merges, added, names.get("unk"))
+        tj = gemma_tokenizer_json(vocab, merges, added, names.get("unk"))
         named = set(names.values())
         extra.update(extra_special_tokens=[a["content"] for a in added if a["special"] and a["content"] not in named],
                      clean_up_tokenization_spaces=False, model_max_length=1000000000000000019884624838656,
@@ -207,7 +207,8 @@ def _bos_template(bos: str, bos_id: int) -> dict:
     ]}
 
 
-def _gemma_json(vocab, merges, added, unk) -> dict:
+def gemma_tokenizer_json(vocab, merges, added, unk) -> dict:
+    """A Gemma-style tokenizer.json: byte-fallback BPE behind a space→\u2581 normalizer."""
     # No post-processor: the Gemma 4 vocab GGUF has add_bos_token only where Gemma4Model
     # writes it (after the chat template), so the file gave SpecialVocab nothing to add.
     return {

@@ -14,6 +14,7 @@ from dflash_gguf.target.gemma4_vocab import gemma4_vocab
 from dflash_gguf.target.info import target_from_hf_dir
 from dflash_gguf.target.keys import BYTE, CONTROL, NORMAL, USER_DEFINED
 from tests.target.conftest import QWEN_TOK, make_target, needs_libs, qwen_config
+from tests.target.real_vocab_files import gemma_tokenizer_json
 
 SPECIAL = ("<pad>", "<eos>", "<bos>", "<unk>", "<start_of_turn>", "<|channel>", "<channel|>")
 NAMED = ("<pad>", "<eos>", "<bos>", "<unk>", "<start_of_turn>")
@@ -37,17 +38,7 @@ def _gemma_dir(d: Path, tokenizer_config: dict | None = None) -> Path:
     vocab = _vocab()
     added = [{"id": i, "content": t, "single_word": False, "lstrip": False, "rstrip": False, "normalized": False,
               "special": t in SPECIAL} for t, i in vocab.items() if t.startswith("<") and not t.startswith("<0x")]
-    tj = {"version": "1.0", "truncation": None, "padding": None, "added_tokens": added,
-          "normalizer": {"type": "Replace", "pattern": {"String": " "}, "content": "\u2581"},
-          "pre_tokenizer": {"type": "Split", "pattern": {"String": " "}, "behavior": "MergedWithPrevious",
-                            "invert": False},
-          "post_processor": None,
-          "decoder": {"type": "Sequence", "decoders": [
-              {"type": "Replace", "pattern": {"String": "\u2581"}, "content": " "},
-              {"type": "ByteFallback"}, {"type": "Fuse"}]},
-          "model": {"type": "BPE", "dropout": None, "unk_token": "<unk>", "continuing_subword_prefix": None,
-                    "end_of_word_suffix": None, "fuse_unk": True, "byte_fallback": True, "ignore_merges": False,
-                    "vocab": vocab, "merges": [["a", "b"], ["\u2581", "a"], ["\u2581a", "b"]]}}
+    tj = gemma_tokenizer_json(vocab, [["a", "b"], ["\u2581", "a"], ["\u2581a", "b"]], added, "<unk>")
     tc = {"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<bos>", "eos_token": "<eos>",
           "pad_token": "<pad>", "unk_token": "<unk>", "extra_special_tokens": ["<start_of_turn>"],
           "added_tokens_decoder": {str(a["id"]): {k: v for k, v in a.items() if k != "id"} for a in added},

@@ -1,0 +1,17 @@
+"""Shared by the quantizer tests: run a test on the numpy path or the numba kernels."""
+from __future__ import annotations
+
+import pytest
+
+from dflash_gguf.quants import _numba
+
+
+@pytest.fixture
+def backend(request):
+    """The numpy path or the numba kernels (an indirect param: "numpy" | "numba"), restored after."""
+    use_numba = request.param == "numba"
+    if use_numba and not _numba.AVAILABLE:
+        pytest.skip("numba is not installed")
+    prev = _numba.set_enabled(use_numba)
+    yield request.param
+    _numba.set_enabled(prev)
