@@ -1,7 +1,6 @@
 """`bench`: drafters in a real runtime — acceptance as the server counted it, speed-up over no draft."""
 from __future__ import annotations
 
-import json
 import shlex
 import time
 from pathlib import Path
@@ -11,7 +10,7 @@ import typer
 
 from ..errors import Interrupted, PairingError, UsageError
 from ._app import app
-from ._common import err, error_line, esc, finding_line, note, out, warn, write
+from ._common import err, error_line, esc, finding_line, note, out, warn, write_report
 
 
 @app.command("bench")
@@ -91,13 +90,7 @@ def bench_cmd(
 
         write_plots(report, plots)
     if json_path is not None:
-        text = json.dumps(report.to_json(), indent=2) + "\n"
-        if str(json_path) == "-":
-            write(text)
-        else:
-            from ..fileio.outputs import write_text
-
-            write_text(json_path, text, inputs=(target, *opts.drafters))
+        write_report(json_path, report.to_json(), (target, *opts.drafters))
     if json_path is None or str(json_path) != "-":
         _render(report)
     for n in result.notes:

@@ -65,9 +65,8 @@ def compare_cmd(
         tolerances = parse_tolerances(tolerance or [])
         total = _planned_bytes(gguf)
         with byte_progress(total, f"comparing {gguf.name}", enabled=progress and not json_out) as advance:
-            extra = {} if source.is_file() else {"constants": not no_constants}
             report = compare(source, gguf, tolerances=tolerances, requantize=not no_requantize, workers=workers,
-                             progress=advance, **extra)
+                             progress=advance, constants=not no_constants)
     except DflashError as exc:
         if json_out:  # CI parses stdout: a failure is still one JSON document
             print_json({"a": str(source), "b": str(gguf), "exit_code": exc.exit_code,

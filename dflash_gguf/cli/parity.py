@@ -1,7 +1,6 @@
 """`parity`: reference vs GGUF drafters — logit parity and acceptance on the same inputs."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -9,7 +8,7 @@ import typer
 
 from ..errors import EXIT_PARITY_GATE, DflashError, UsageError
 from ._app import app
-from ._common import error_line, esc, note, out, warn, write
+from ._common import error_line, esc, note, out, warn, write_report
 
 FLAG_TOP1 = 0.9  # below this teacher-forced top-1 agreement a GGUF drafter is flagged
 
@@ -90,14 +89,14 @@ def parity_cmd(
                             against=against)
     except DflashError as exc:
         if json_path is not None:  # CI reads the report: a failed run is still one JSON document
-            _write_report(json_path, {"exit_code": exc.exit_code,
+            write_report(json_path, {"exit_code": exc.exit_code,
                                       "error": {"type": type(exc).__name__, "message": str(exc)}}, inputs)
         raise
     results = evaluate(report, gates)
     failed = [g for g in results if not g.passed]
     code = ParityFailure.exit_code if not report.lossless else EXIT_PARITY_GATE if failed else 0
     if json_path is not None:
-        _write_report(json_path, {**report.to_json(), "gates": [g.to_json() for g in results], "exit_code": code},
+        write_report(json_path, {**report.to_json(), "gates": [g.to_json() for g in results], "exit_code": code},
                       inputs)
     if json_path is None or str(json_path) != "-":
         _render(report)
@@ -112,16 +111,6 @@ def parity_cmd(
         raise typer.Exit(EXIT_PARITY_GATE)
     if results:
         out.print(f"parity: lossless; {len(results)} of {len(results)} gates passed", markup=False)
-
-
-def _write_report(json_path: Path, doc: dict, inputs) -> None:
-    text = json.dumps(doc, indent=2) + "\n"
-    if str(json_path) == "-":
-        write(text)
-    else:
-        from ..fileio.outputs import write_text
-
-        write_text(json_path, text, inputs=inputs)
 
 
 def _render(report) -> None:

@@ -104,14 +104,15 @@ def compare_ggufs(
         return _measure(report, matched, workers, progress, t0)
 
 
-def compare(a: str | Path, b: str | Path, **kwargs) -> CompareReport:
-    """``compare_weights`` when ``a`` is a directory, ``compare_ggufs`` when it is a file."""
+def compare(a: str | Path, b: str | Path, *, constants: bool = True, **kwargs) -> CompareReport:
+    """``compare_weights`` when ``a`` is a directory, ``compare_ggufs`` when it is a file
+    (``constants`` applies to the first only: between two GGUFs neither side is config.json)."""
     pa = Path(a)
     if Path(b).is_dir():
         raise UsageError(f"{b} is a directory: pass the checkpoint dir first and the GGUF second "
                          "(compare-weights DRAFTER_DIR FILE.gguf)")
     if pa.is_dir():
-        return compare_weights(pa, b, **kwargs)
+        return compare_weights(pa, b, constants=constants, **kwargs)
     if pa.is_file():
         return compare_ggufs(pa, b, **kwargs)
     raise InputError(f"{pa}: no such file or directory; pass a drafter checkpoint dir or a GGUF")

@@ -35,9 +35,10 @@ class GGUFInfo:
 
 def inspect_gguf(path: str | Path) -> GGUFInfo:
     f = read_gguf(path)
+    shapes = f.shapes()
     fmt = meta = problem = None
     try:
-        fmt, meta = meta_from_gguf(f.kvs, f.shapes(), path)
+        fmt, meta = meta_from_gguf(f.kvs, shapes, path)
     except GGUFFormatError as exc:
         # Not a drafter, or a drafter whose DFlash keys are broken: still show keys and tensors,
         # and for the latter its format and what is wrong.
@@ -49,8 +50,8 @@ def inspect_gguf(path: str | Path) -> GGUFInfo:
         taps_zlab=None if meta is None else tuple(meta.taps),
         taps_stored=None if meta is None else tuple(fmt.stored_taps(meta)),
         kvs=[kv.to_json() for kv in f.kvs.values()],
-        dspark=None if fmt is None else file_family(f.kvs, list(f.shapes()), f.arch or "").summary(
-            f.kvs, f.shapes(), f.arch or ""),
+        dspark=None if fmt is None else file_family(f.kvs, list(shapes), f.arch or "").summary(
+            f.kvs, shapes, f.arch or ""),
         tensors=[{"name": t.name, "ne": list(reversed(t.shape)), "type": t.ggml_type.name, "nbytes": t.nbytes,
                   "offset": t.offset_abs} for t in f.tensors],
     )

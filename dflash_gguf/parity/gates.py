@@ -36,10 +36,6 @@ class Gates:
             if v is not None and not (math.isfinite(v) and lo <= v <= hi):
                 raise UsageError(f"{flag} {v}: expected a number in [{lo:g}, {hi:g}]")
 
-    @property
-    def any(self) -> bool:
-        return any(v is not None for v in (self.min_acceptance_length, self.max_acceptance_drop, self.min_top1))
-
 
 @dataclass(frozen=True)
 class GateResult:

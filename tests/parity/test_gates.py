@@ -20,7 +20,7 @@ def test_flags_out_of_range_are_usage_errors():
     for kw in ({"min_acceptance_length": float("nan")}, {"max_acceptance_drop": 1.5}, {"min_top1": -0.1}):
         with pytest.raises(UsageError):
             Gates(**kw)
-    assert not Gates().any and Gates(min_top1=0.9).any
+    assert Gates(min_top1=0.9).min_top1 == 0.9 and Gates().max_acceptance_drop is None
 
 
 @pytest.fixture(scope="module")
