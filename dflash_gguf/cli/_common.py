@@ -147,15 +147,12 @@ def print_json(obj: Any) -> None:
     write(json.dumps(obj, indent=2, sort_keys=False, default=_json_default) + "\n")
 
 
-def write_report(json_path: Any, doc: Any, inputs: Any) -> None:
-    """A ``--json PATH`` report: ``-`` is stdout; a file is published by ``fileio.outputs``, which
-    refuses to replace any of the command's ``inputs``."""
-    if str(json_path) == "-":
-        print_json(doc)
-        return
+def write_report(path: Any, doc: Any, inputs: Any) -> None:
+    """A ``--report PATH`` JSON file, published by ``fileio.outputs``, which refuses to replace any
+    of the command's ``inputs``."""
     from ..fileio.outputs import write_text
 
-    write_text(json_path, json.dumps(doc, indent=2, sort_keys=False, default=_json_default) + "\n", inputs=inputs)
+    write_text(path, json.dumps(doc, indent=2, sort_keys=False, default=_json_default) + "\n", inputs=inputs)
 
 
 def _json_default(o: Any) -> Any:

@@ -10,7 +10,7 @@ import typer
 
 from ..errors import Interrupted, PairingError, UsageError
 from ._app import app
-from ._common import err, error_line, esc, finding_line, note, out, warn, write_report
+from ._common import err, error_line, esc, finding_line, note, out, print_json, warn, write_report
 
 
 @app.command("bench")
@@ -41,12 +41,13 @@ def bench_cmd(
     warmup: Annotated[int, typer.Option("--warmup", help="Unmeasured requests after each server start.")] = 1,
     startup_timeout: Annotated[float, typer.Option("--startup-timeout", help="Seconds to wait for /health.")] = 300.0,
     request_timeout: Annotated[float, typer.Option("--request-timeout", help="Seconds one request may take.")] = 600.0,
-    json_path: Annotated[Optional[Path], typer.Option("--json", help="Write the report as JSON to this file ('-' for stdout).")] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print the report as JSON on stdout (instead of the tables).")] = False,
+    report_to: Annotated[Optional[Path], typer.Option("--report", help="Also write the JSON report to this file (.json).")] = None,
     plots: Annotated[Optional[Path], typer.Option("--plots", help="Write PNG plots into this directory (needs matplotlib).")] = None,
 ) -> None:
     """Run prompt suites through llama-server with each drafter and without, and report acceptance and speed-up.
 
-    Example: dflash-gguf bench --target T.gguf --drafter a.gguf --drafter b.gguf --suite code --runs 3 --json r.json --plots plots/
+    Example: dflash-gguf bench --target T.gguf --drafter a.gguf --drafter b.gguf --suite code --runs 3 --report r.json --plots plots/
     """
     from ..bench import BenchOptions, build_report, run_bench
     from ..bench.options import validate
@@ -56,8 +57,10 @@ def bench_cmd(
         from ..bench.plots import require_matplotlib
 
         require_matplotlib()  # before an hour of running, not after
-    if json_path is not None and str(json_path) != "-" and not json_path.parent.is_dir():
-        raise UsageError(f"--json {json_path}: directory {json_path.parent} does not exist")  # now, not after the run
+    if report_to is not None:
+        from ..fileio.outputs import check_report
+
+        check_report(report_to, inputs=(target, *(drafter or ())))  # now, not after the run
     if server_log is not None and not server:
         raise UsageError("--server-log reads the log of a running server: use it with --server")
     servers = tuple(_named_url(s, i) for i, s in enumerate(server or []))
@@ -89,9 +92,11 @@ def bench_cmd(
         from ..bench.plots import write_plots
 
         write_plots(report, plots)
-    if json_path is not None:
-        write_report(json_path, report.to_json(), (target, *opts.drafters))
-    if json_path is None or str(json_path) != "-":
+    if report_to is not None:
+        write_report(report_to, report.to_json(), (target, *opts.drafters))
+    if json_out:
+        print_json(report.to_json())
+    else:
         _render(report)
     for n in result.notes:
         note(f"note: {n}")

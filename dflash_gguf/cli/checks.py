@@ -2,7 +2,9 @@
 
 Exit codes (docs/exit-codes.md, "checks"): 0 pass; 10 verdict base; 11 verdict unknown;
 12 integrity / data findings of severity error; 13 pairing mismatch (--target); 6 corrupt or
-truncated GGUF (before any verdict); 5 file not found; 7 target not found.
+truncated GGUF (before any verdict); 5 file not found; 7 target not found. Given several files,
+the command exits with the most serious file's code: a file that cannot be read first, then
+10 / 12, then 11 / 13.
 """
 from __future__ import annotations
 
@@ -13,23 +15,16 @@ import typer
 
 from ..errors import EXIT_BASE, EXIT_FINDINGS, EXIT_PAIRING, EXIT_UNKNOWN, DflashError
 from ._app import app
-from ._common import byte_progress, error_line, esc, finding_line, out, print_json
+from ._common import byte_progress, error_line, esc, finding_line, note, out
+from ._verdict import Output, ReportOpt, VerdictFormatOpt, VerdictJsonOpt
 
 if TYPE_CHECKING:  # the guards are imported when a check runs, not at the CLI's start-up
     from ..guards.findings import CheckReport, Finding
     from ..guards.instruct import InstructVerdict, Verdict
+    from ..verdict import Envelope
 
 
-FileArg = Annotated[Path, typer.Argument(help="A GGUF file (for a sharded model, any of its shards).")]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")]
-
-
-def _fail_json(path: Path, exc: DflashError) -> None:
-    """With --json, a failure is still a JSON document (CI parses stdout), then its exit code."""
-    print_json({"file": str(path), "exit_code": exc.exit_code,
-                "error": {"type": type(exc).__name__, "message": str(exc)}})
-    error_line(exc)
-    raise typer.Exit(exc.exit_code)
+FilesArg = Annotated[list[Path], typer.Argument(help="GGUF file(s) (for a sharded model, any of its shards).")]
 
 
 def verdict_exit_code(v: Verdict, allow_unknown: bool) -> int:
@@ -40,36 +35,79 @@ def verdict_exit_code(v: Verdict, allow_unknown: bool) -> int:
     return EXIT_BASE if v == Verdict.BASE else EXIT_UNKNOWN
 
 
+def worst(codes: list[int], order: tuple[int, ...]) -> int:
+    """The most serious of the files' exit codes: a read failure (any code not in ``order``), then
+    ``order``'s codes in turn."""
+    bad = [c for c in codes if c]
+    if not bad:
+        return 0
+    unread = [c for c in bad if c not in order]
+    return unread[0] if unread else min(bad, key=order.index)
+
+
+def _unreadable(env: Envelope, stage: str, path: Path, exc: DflashError, o: Output) -> int:
+    """A file that cannot be read: its finding, its error line (stderr), its code."""
+    from ..verdict import sources
+
+    env.findings.append(sources.failure(stage, path, exc))
+    if all(d.get("error") for d in env.payload["files"]) and len(env.payload["files"]) + 1 == len(env.files):
+        env.error = {"type": type(exc).__name__, "message": str(exc)}  # no file could be judged: no verdict
+    env.payload["files"].append({"file": str(path), "exit_code": exc.exit_code,
+                                 "error": {"type": type(exc).__name__, "message": str(exc)}})
+    error_line(exc)
+    return exc.exit_code
+
+
 @app.command("check-instruct")
 def check_instruct_cmd(
-    path: FileArg,
-    json_out: JsonOpt = False,
+    paths: FilesArg,
+    fmt: VerdictFormatOpt = None,
+    json_out: VerdictJsonOpt = False,
+    report: ReportOpt = None,
     allow_unknown: Annotated[bool, typer.Option("--allow-unknown", help="Exit 0 when the verdict is unknown.")] = False,
 ) -> None:
     """Is this GGUF an instruct model? Exit 0 only for a complete instruct file.
 
     Decided from metadata alone (names, finetune, chat template, EOS token, ...); the rules
     and their precedence are in docs/check-instruct.md. Exit 10 = base, 11 = unknown
-    (0 with --allow-unknown), 6 = truncated or corrupt file.
+    (0 with --allow-unknown), 6 = truncated or corrupt file. A drafter GGUF is not a target: it is
+    skipped (exit 0), so a hook can pass every staged *.gguf.
 
-    Example: dflash-gguf check-instruct Qwen3-8B-Q8_0.gguf --json
+    Example: dflash-gguf check-instruct Qwen3-8B-Q8_0.gguf --format github
     """
     from ..guards.instruct import classify  # here: see cli/__init__ (start-up imports no guards)
+    from ..guards.pairing import DRAFTER_ARCH_RE
     from ..guards.shards import load_complete
+    from ..verdict import ERROR, INFO, Envelope, sources
+    from ..verdict.envelope import Coverage
+    from ..verdict.rules import rules_of
 
-    try:
-        shards = load_complete(path)
-    except DflashError as exc:
-        if json_out:
-            _fail_json(path, exc)
-        raise
-    v = classify(shards.model)
-    code = verdict_exit_code(v.verdict, allow_unknown)
-    if json_out:
-        print_json(_instruct_json(path, shards.paths, v, code))
-    else:
-        _render_instruct(path, v, code)
-    raise typer.Exit(code)
+    o = Output(fmt, json_out, report, paths)
+    env = Envelope("check-instruct", 0, [], tuple(map(str, paths)), payload={"files": []})
+    codes, shown = [], []
+    for path in paths:
+        try:
+            shards = load_complete(path)
+        except DflashError as exc:
+            codes.append(_unreadable(env, "check-instruct", path, exc, o))
+            continue
+        arch = shards.model.arch
+        if arch and DRAFTER_ARCH_RE.match(arch):
+            env.payload["files"].append({"file": str(path), "verdict": "not-a-target", "exit_code": 0,
+                                         "reason": f"architecture {arch} is a drafter"})
+            if o.text:
+                note(f"{path}: a drafter ({arch}), not a target: no instruct verdict")
+            continue
+        env.coverage += (Coverage(str(path), "check-instruct", rules_of("check-instruct")),)
+        v = classify(shards.model)
+        code = verdict_exit_code(v.verdict, allow_unknown)
+        codes.append(code)
+        env.findings += sources.instruct_findings(path, v, unknown=INFO if allow_unknown else ERROR)
+        env.payload["files"].append(_instruct_json(path, shards.paths, v, code))
+        shown.append((path, v, code))
+    env.conclude(worst(codes, (EXIT_BASE, EXIT_UNKNOWN)))
+    o.emit(env, lambda: [_render_instruct(*s) for s in shown])
+    raise typer.Exit(env.exit_code)
 
 
 def _instruct_json(path: Path, shards: tuple[Path, ...], v: InstructVerdict, code: int) -> dict[str, Any]:
@@ -99,12 +137,14 @@ def _render_instruct(path: Path, v: InstructVerdict, code: int) -> None:
 
 @app.command("check")
 def check_cmd(
-    path: FileArg,
+    paths: FilesArg,
     target: Annotated[Path | None, typer.Option("--target", help="The target GGUF the drafter will run with: "
                                                  "also check that the two fit together.")] = None,
     deep: Annotated[bool, typer.Option("--deep", help="Also read all tensor data: NaN/inf, all-zero tensors, "
                                        "quantized blocks with inf/NaN scales.")] = False,
-    json_out: JsonOpt = False,
+    fmt: VerdictFormatOpt = None,
+    json_out: VerdictJsonOpt = False,
+    report: ReportOpt = None,
     progress: Annotated[bool, typer.Option("--progress/--no-progress", help="Progress bar for --deep "
                                            "(only on a terminal).")] = True,
 ) -> None:
@@ -116,26 +156,37 @@ def check_cmd(
     Example: dflash-gguf check drafter.gguf --target Qwen3-8B-Q8_0.gguf --deep
     """
     from ..guards.run import run_checks  # here: see cli/__init__ (start-up imports no guards)
+    from ..verdict import Envelope, sources
+    from ..verdict.envelope import Coverage
+    from ..verdict.rules import rules_of
 
-    try:
-        if deep:
-            from ..guards.deep_scan import planned_scan_bytes  # the data scan imports numpy
+    o = Output(fmt, json_out, report, (*paths, target))
+    env = Envelope("check", 0, [], tuple(map(str, paths)), payload={"files": []})
+    codes, reports = [], []
+    for path in paths:
+        env.coverage += (Coverage(str(path), "check", rules_of("check", deep=deep)),)
+        if target is not None:
+            env.coverage += (Coverage(str(path), "pairing", rules_of("pairing")),)
+        try:
+            if deep:
+                from ..guards.deep_scan import planned_scan_bytes  # the data scan imports numpy
 
-            total = planned_scan_bytes(path)
-            with byte_progress(total, f"scanning {path.name}", enabled=progress and not json_out) as advance:
-                report = run_checks(path, target=target, deep=True, progress=advance)
-        else:
-            report = run_checks(path, target=target)
-    except DflashError as exc:
-        if json_out:
-            _fail_json(path, exc)
-        raise
-    code = report_exit_code(report)
-    if json_out:
-        print_json(_report_json(report, code))
-    else:
-        _render_report(report)
-    raise typer.Exit(code)
+                total = planned_scan_bytes(path)
+                with byte_progress(total, f"scanning {path.name}", enabled=progress and o.text) as advance:
+                    r = run_checks(path, target=target, deep=True, progress=advance)
+            else:
+                r = run_checks(path, target=target)
+        except DflashError as exc:
+            codes.append(_unreadable(env, "check", path, exc, o))
+            continue
+        code = report_exit_code(r)
+        codes.append(code)
+        env.findings += sources.check_findings(r)
+        env.payload["files"].append(_report_json(r, code))
+        reports.append(r)
+    env.conclude(worst(codes, (EXIT_FINDINGS, EXIT_PAIRING)))
+    o.emit(env, lambda: [_render_report(r) for r in reports])
+    raise typer.Exit(env.exit_code)
 
 
 def report_exit_code(r: CheckReport) -> int:

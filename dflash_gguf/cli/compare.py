@@ -16,14 +16,14 @@ import typer
 from ..compare.report import BIT_IDENTICAL, EXTRA, MISSING, OUT, SHAPE_MISMATCH, WITHIN, CompareReport
 from ..errors import EXIT_MISMATCH, DflashError
 from ._app import app
-from ._common import console_class, byte_progress, error_line, esc, out, print_json
+from ._common import console_class, byte_progress, esc, out
+from ._verdict import Output, ReportOpt, VerdictFormatOpt, VerdictJsonOpt
 
 
 _STYLE = {BIT_IDENTICAL: "green", WITHIN: "cyan", OUT: "red", MISSING: "red", EXTRA: "red", SHAPE_MISMATCH: "red"}
 _RANK = {MISSING: 0, SHAPE_MISMATCH: 1, EXTRA: 2, OUT: 3, WITHIN: 4, BIT_IDENTICAL: 5}
 
 
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document with every number on stdout.")]
 ToleranceOpt = Annotated[Optional[list[str]], typer.Option(
     "--tolerance", help="Max relative RMS error: TYPE=VALUE for one ggml type (q4_K=0.05) or a bare VALUE for all; "
                         "repeatable. Replaces the default band (docs/compare-weights.md).")]
@@ -43,7 +43,9 @@ def compare_cmd(
     source: Annotated[Path, typer.Argument(help="The drafter checkpoint dir (safetensors + config.json), "
                                            "or a GGUF A.")],
     gguf: Annotated[Path, typer.Argument(help="The GGUF to check (B).")],
-    json_out: JsonOpt = False,
+    fmt: VerdictFormatOpt = None,
+    json_out: VerdictJsonOpt = False,
+    report: ReportOpt = None,
     tolerance: ToleranceOpt = None,
     top: TopOpt = None,
     no_requantize: NoRequantOpt = False,
@@ -60,26 +62,30 @@ def compare_cmd(
     Example: dflash-gguf compare-weights z-lab/Qwen3-8B-DFlash-b16 drafter-q8_0.gguf
     """
     from ..compare import compare, parse_tolerances  # here: the engine imports numpy and gguf-py
+    from ..verdict import Envelope, sources
+    from ..verdict.envelope import Coverage
+    from ..verdict.rules import rules_of
 
+    o = Output(fmt, json_out, report, (source, gguf))
+    env = Envelope("compare-weights", 0, [], (str(gguf),),
+                   coverage=(Coverage(str(gguf), "compare-weights", rules_of("compare-weights",
+                                                                             constants=not no_constants)),))
     try:
         tolerances = parse_tolerances(tolerance or [])
         total = _planned_bytes(gguf)
-        with byte_progress(total, f"comparing {gguf.name}", enabled=progress and not json_out) as advance:
-            report = compare(source, gguf, tolerances=tolerances, requantize=not no_requantize, workers=workers,
-                             progress=advance, constants=not no_constants)
+        with byte_progress(total, f"comparing {gguf.name}", enabled=progress and o.text) as advance:
+            r = compare(source, gguf, tolerances=tolerances, requantize=not no_requantize, workers=workers,
+                        progress=advance, constants=not no_constants)
     except DflashError as exc:
-        if json_out:  # CI parses stdout: a failure is still one JSON document
-            print_json({"a": str(source), "b": str(gguf), "exit_code": exc.exit_code,
-                        "error": {"type": type(exc).__name__, "message": str(exc)}})
-            error_line(exc)
-            raise typer.Exit(exc.exit_code)
+        env.findings.append(sources.failure("compare-weights", gguf, exc))
+        env.payload = {"a": str(source), "b": str(gguf)}
+        o.fail(env, exc)
         raise
-    code = 0 if report.passed else EXIT_MISMATCH
-    if json_out:
-        print_json({**report.to_json(), "exit_code": code})
-    else:
-        render(report, top)
-    raise typer.Exit(code)
+    env.findings += sources.compare_findings(r, gguf)
+    env.payload = r.to_json()
+    env.conclude(0 if r.passed else EXIT_MISMATCH)
+    o.emit(env, lambda: render(r, top))
+    raise typer.Exit(env.exit_code)
 
 
 def _planned_bytes(path: Path) -> int:

@@ -11,9 +11,10 @@ from typing import Annotated, Optional
 
 import typer
 
-from ..errors import EXIT_GATE, UsageError
+from ..errors import EXIT_GATE, DflashError, UsageError
 from ._app import app
-from ._common import err, esc, out, print_json
+from ._common import esc, out
+from ._verdict import Output, ReportOpt, VerdictFormatOpt, VerdictJsonOpt
 
 
 @app.command("gate")
@@ -30,26 +31,33 @@ def gate_cmd(
     tokenizer_dir: Annotated[Optional[Path], typer.Option("--tokenizer-dir", help="Where tokenizer.json / tokenizer.model live (default: --target).")] = None,
     max_new_tokens: Annotated[int, typer.Option("--max-new-tokens")] = 64,
     device: Annotated[str, typer.Option("--device", help="Parity's device: auto | cpu | cuda.")] = "auto",
-    json_out: Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")] = False,
+    fmt: VerdictFormatOpt = None,
+    json_out: VerdictJsonOpt = False,
+    report_to: ReportOpt = None,
 ) -> None:
     """Gate a drafter release: check --deep, check-instruct, pairing, compare-weights (with constants) and parity (with its gates, when torch is installed), as one verdict.
 
-    Exit 0 = pass; 50 = refused (an error no waiver covers). The last line is the verdict. Details: docs/gate.md.
+    Exit 0 = pass; 50 = refused (an error no waiver covers). The last line is the verdict. --format github / junit / sarif for CI (docs/ci.md). Details: docs/gate.md.
 
     Example: dflash-gguf gate --drafter Qwen3-8B-DFlash-b16/ --drafter-gguf d-Q8_0.gguf --target Qwen3-8B-Q8_0.gguf --prompts-file p.jsonl
     """
     from ..gate import GateInputs, load_policy, run_gate
+    from ..verdict import Envelope, sources
 
-    pol = load_policy(policy)
-    prompts = _prompts(prompt_ids, prompt, prompts_file, target, tokenizer_dir)
-    report = run_gate(GateInputs(drafter, tuple(drafter_gguf), target, prompts, allow_base_target, require_parity,
-                                 max_new_tokens, device), pol)
-    code = 0 if report.passed else EXIT_GATE
-    if json_out:
-        print_json({**report.to_json(), "exit_code": code})
-    else:
-        _render(report)
-    raise typer.Exit(code)
+    o = Output(fmt, json_out, report_to, (drafter, *drafter_gguf, target, policy, prompts_file))
+    files = tuple(str(p) for p in (*drafter_gguf, target) if p is not None)
+    try:
+        pol = load_policy(policy)
+        prompts = _prompts(prompt_ids, prompt, prompts_file, target, tokenizer_dir)
+        report = run_gate(GateInputs(drafter, tuple(drafter_gguf), target, prompts, allow_base_target, require_parity,
+                                     max_new_tokens, device), pol)
+    except DflashError as exc:
+        o.fail(Envelope("gate", exc.exit_code, [sources.failure("gate", drafter, exc)], files), exc)
+        raise
+    env = Envelope("gate", 0 if report.passed else EXIT_GATE, report.findings, files, payload=report.to_json(),
+                   summary=report.summary, coverage=report.coverage)
+    o.emit(env, lambda: _render(report))
+    raise typer.Exit(env.exit_code)
 
 
 def _prompts(prompt_ids: str | None, prompt: str | None, prompts_file: Path | None, target: Path | None,
@@ -90,4 +98,4 @@ def _render(report) -> None:
         where = f" [{f.where}]" if f.where else ""
         out.print(f"  {f.stage} {state} {f.rule_id}: {Path(f.file).name}{where}: {f.message}  "
                   f"(fingerprint {f.fingerprint})", markup=False)
-    (out if report.passed else err).print(report.summary, markup=False)
+

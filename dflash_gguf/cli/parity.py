@@ -8,7 +8,8 @@ import typer
 
 from ..errors import EXIT_PARITY_GATE, DflashError, UsageError
 from ._app import app
-from ._common import error_line, esc, note, out, warn, write_report
+from ._common import esc, note, out, warn
+from ._verdict import Output, ReportOpt, VerdictFormatOpt, VerdictJsonOpt
 
 FLAG_TOP1 = 0.9  # below this teacher-forced top-1 agreement a GGUF drafter is flagged
 
@@ -38,14 +39,16 @@ def parity_cmd(
     draft_context: Annotated[Optional[int], typer.Option("--draft-context", help="With --emulate: the draft-context cap (default: the runtime's, llama.cpp 512).")] = None,
     dump: Annotated[Optional[Path], typer.Option("--dump", help="Write per-step inputs/outputs as safetensors + index.json.")] = None,
     against: Annotated[Optional[Path], typer.Option("--against", help="Compare another runtime's dump (same format) with ours.")] = None,
-    json_path: Annotated[Optional[Path], typer.Option("--json", help="Write the full report as JSON to this file ('-' for stdout).")] = None,
+    fmt: VerdictFormatOpt = None,
+    json_out: VerdictJsonOpt = False,
+    report_to: ReportOpt = None,
     min_acceptance_length: Annotated[Optional[float], typer.Option("--min-acceptance-length", help="Gate: every GGUF drafter's mean acceptance length (pooled over the prompts) at least X (exit 31).")] = None,
     max_acceptance_drop: Annotated[Optional[float], typer.Option("--max-acceptance-drop", help="Gate: a GGUF drafter's mean acceptance length at most this fraction below the reference's (0.1 = 10 %; beyond 1σ with --runs > 1; exit 31).")] = None,
     min_top1: Annotated[Optional[float], typer.Option("--min-top1", help="Gate: teacher-forced top-1 agreement with the reference drafter at least P (exit 31).")] = None,
 ) -> None:
     """Run DFlash speculative decoding with the torch reference and measure GGUF drafters against it.
 
-    Exit 0 = lossless (and every gate passed); 30 = not lossless; 31 = a gate failed. The JSON report is written whatever the outcome.
+    Exit 0 = lossless (and every gate passed); 30 = not lossless; 31 = a gate failed. --json / --report FILE.json: the full report, written whatever the outcome.
 
     Example: dflash-gguf parity --target Qwen3-8B/ --drafter Qwen3-8B-DFlash-b16/ --drafter-gguf d-Q8_0.gguf --prompt "Hello"
     """
@@ -53,6 +56,9 @@ def parity_cmd(
         ParityFailure, ParityOptions, check_drafter_dir, read_prompts_file, require_torch, run_parity, tokenize,
     )
     from ..parity.gates import Gates, evaluate
+    from ..verdict import Envelope, sources
+    from ..verdict.envelope import Coverage
+    from ..verdict.rules import rules_of
 
     gates = Gates(min_acceptance_length, max_acceptance_drop, min_top1)
 
@@ -74,11 +80,11 @@ def parity_cmd(
                          top_k=top_k, seed=seed, runs=runs, device=device, dtype=dtype,
                          target_quant=None if target_quant is None else target_quant.lower(), emulate=emulate,
                          draft_context=draft_context, target_backend=target_backend, jobs=jobs)
-    inputs = (target, drafter, *(drafter_gguf or []))  # a report may not replace them
-    if json_path is not None and str(json_path) != "-":
-        from ..fileio.outputs import check_report
-
-        check_report(json_path, inputs=inputs)  # now, not after the run
+    o = Output(fmt, json_out, report_to, (target, drafter, *(drafter_gguf or []), prompts_file, dump))
+    active = tuple(k for k, v in vars(gates).items() if v is not None)
+    env = Envelope("parity", 0, [], tuple(str(p) for p in (drafter, *(drafter_gguf or []))),
+                   coverage=tuple(Coverage(str(p), "parity", rules_of("parity", gates=active))
+                                  for p in (drafter_gguf or [drafter])))
     try:
         require_torch()  # before the prompts are tokenized: the run needs it
         if prompt is not None:
@@ -87,30 +93,23 @@ def parity_cmd(
             prompts = read_prompts_file(prompts_file, target, tokenizer_dir)
         report = run_parity(target, drafter, prompts, drafter_ggufs=drafter_gguf or [], options=opts, dump=dump,
                             against=against)
-    except DflashError as exc:
-        if json_path is not None:  # CI reads the report: a failed run is still one JSON document
-            write_report(json_path, {"exit_code": exc.exit_code,
-                                      "error": {"type": type(exc).__name__, "message": str(exc)}}, inputs)
+    except DflashError as exc:  # CI reads the report: a failed run is still one document
+        env.findings.append(sources.failure("parity", drafter, exc))
+        o.fail(env, exc)
         raise
     results = evaluate(report, gates)
-    failed = [g for g in results if not g.passed]
-    code = ParityFailure.exit_code if not report.lossless else EXIT_PARITY_GATE if failed else 0
-    if json_path is not None:
-        write_report(json_path, {**report.to_json(), "gates": [g.to_json() for g in results], "exit_code": code},
-                      inputs)
-    if json_path is None or str(json_path) != "-":
+    env.findings += sources.parity_findings(report, results, drafter)
+    env.payload = {**report.to_json(), "gates": [g.to_json() for g in results]}
+    env.conclude(ParityFailure.exit_code if not report.lossless else
+                 EXIT_PARITY_GATE if any(not g.passed for g in results) else 0)
+
+    def text() -> None:
         _render(report)
         for g in results:
             note(f"gate {g.gate} {'passed' if g.passed else 'FAILED'}: {Path(g.drafter).name}: {g.detail}")
-    if not report.lossless:
-        raise ParityFailure("temperature 0 output differs from the target's greedy decoding (not lossless); "
-                            "see 'lossless' in the report")
-    if failed:
-        which = ", ".join(f"{g.gate} on {Path(g.drafter).name}" for g in failed)
-        error_line(f"{len(failed)} of {len(results)} gates failed: {which}")
-        raise typer.Exit(EXIT_PARITY_GATE)
-    if results:
-        out.print(f"parity: lossless; {len(results)} of {len(results)} gates passed", markup=False)
+
+    o.emit(env, text)
+    raise typer.Exit(env.exit_code)
 
 
 def _render(report) -> None:

@@ -22,8 +22,8 @@ from ..fileio.types import KV
 from ..formats import Format, meta_from_config
 from ..formats.hparams import config_field
 from ..formats.meta import MASK_ID, ROPE_SECTIONS, DrafterMeta
+from .report import CONST_EXTRA as EXTRA, CONST_MISSING as MISSING, DIFFERS, SAME
 
-SAME, DIFFERS, MISSING, EXTRA = "same", "differs", "missing", "extra"
 # Format facts (``DKey.fact``) -> the config field they come from
 _FACT_FIELDS = {"taps": "target_layer_ids", "n_taps": "target_layer_ids", "block_size": "block_size",
                 "mask_token_id": "mask_token_id", "vocab_size": "vocab_size"}

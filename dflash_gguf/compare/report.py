@@ -12,6 +12,16 @@ BIT_IDENTICAL, WITHIN, OUT = "bit-identical", "within", "out"
 MISSING, EXTRA, SHAPE_MISMATCH = "missing", "extra", "shape-mismatch"
 STATUSES = (BIT_IDENTICAL, WITHIN, OUT, MISSING, EXTRA, SHAPE_MISMATCH)
 PASSING = (BIT_IDENTICAL, WITHIN)
+# what each failing tensor status means (the rule ids ``tensor-<status>`` of the verdict formats)
+TENSOR_FAILING = {OUT: "a tensor's error is beyond its type's tolerance band",
+                  MISSING: "a checkpoint tensor has no tensor in the GGUF",
+                  EXTRA: "a GGUF tensor that the checkpoint does not have",
+                  SHAPE_MISMATCH: "a tensor's shape differs from the checkpoint's"}
+# a constant (a KV convert derives from config.json) against the file's
+SAME, DIFFERS, CONST_MISSING, CONST_EXTRA = "same", "differs", "missing", "extra"
+CONSTANT_FAILING = {DIFFERS: "a key's value differs from what convert derives from config.json",
+                    CONST_MISSING: "a key convert would write is absent from the file",
+                    CONST_EXTRA: "a key the file has that convert would not write for this config"}
 
 
 @dataclass

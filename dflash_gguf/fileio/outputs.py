@@ -101,7 +101,7 @@ def atomic_output(out: Output, flag: str = "-o") -> Iterator[BinaryIO]:
 
 
 def check_report(path: str | os.PathLike, *, inputs: Iterable[str | os.PathLike | None] = (),
-                 flag: str = "--json") -> Output | None:
+                 flag: str = "--report") -> Output | None:
     """Where a report goes: an ``Output`` (replaced whole if it exists, like ``> FILE``), or None
     for a FIFO or a character device (``/dev/stdout``), which are written in place: there the
     reader is the point. Commands call it before their work too, to refuse early."""
@@ -112,7 +112,7 @@ def check_report(path: str | os.PathLike, *, inputs: Iterable[str | os.PathLike 
 
 
 def write_text(path: str | os.PathLike, text: str, *, inputs: Iterable[str | os.PathLike | None] = (),
-               flag: str = "--json") -> None:
+               flag: str = "--report") -> None:
     """Write a report (``check_report``), never left half-written in a file."""
     path = Path(path)
     data = memoryview(text.encode("utf-8"))

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import UsageError
-from .findings import SEVERITIES, GateFinding
+from ..verdict.findings import SEVERITIES, Finding
 
 OFF = "off"
 DEFAULT_THRESHOLDS = {"max_acceptance_drop": 0.1, "min_top1": 0.9, "min_acceptance_length": None}
@@ -38,7 +38,7 @@ class Policy:
     waivers: dict[str, str] = field(default_factory=dict)  # fingerprint -> justification
     path: Path | None = None
 
-    def apply(self, findings: list[GateFinding]) -> list[GateFinding]:
+    def apply(self, findings: list[Finding]) -> list[Finding]:
         """Severity overrides first (``off`` drops the finding), then waivers."""
         out = []
         for f in findings:
@@ -48,7 +48,7 @@ class Policy:
             f = f.with_severity(sev)
             why = self.waivers.get(f.fingerprint)
             if why is not None:
-                f = GateFinding(f.stage, f.rule_id, f.severity, f.file, f.message, f.where, waived=why)
+                f = Finding(f.stage, f.rule_id, f.severity, f.file, f.message, f.where, waived=why)
             out.append(f)
         return out
 

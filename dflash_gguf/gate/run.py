@@ -14,17 +14,21 @@ from __future__ import annotations
 
 import importlib.util
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Sequence
 
 from ..errors import DflashError, InputError, UsageError
-from .findings import ERROR, FAILED, INFO, PASSED, SKIPPED, WARNING, GateFinding, GateReport, StageResult
+from ..verdict import sources
+from ..verdict.envelope import Coverage
+from ..verdict.findings import ERROR, INFO, Finding
+from ..verdict.rules import PARITY_REQUIRED, rules_of
+from .report import FAILED, PASSED, SKIPPED, GateReport, StageResult
 from .policy import Policy
 
 
 # What --allow-base-target turns into notes: every finding that says "the target is a base model"
-BASE_TARGET_RULES = frozenset({"instruct-verdict-base", "instruct-no-chat-template", "pair-target-base"})
+BASE_TARGET_RULES = frozenset({"instruct-verdict-base", sources.NO_CHAT_TEMPLATE, "pair-target-base"})
 
 
 @dataclass(frozen=True)
@@ -54,7 +58,10 @@ def run_gate(inputs: GateInputs, policy: Policy = Policy()) -> GateReport:
         raise InputError(f"{inputs.target}: no such file or directory (--target)")
     target_gguf = inputs.target if inputs.target is not None and inputs.target.is_file() else None
     check, pairing = _check_stages(inputs.drafter_ggufs, target_gguf)
-    stages = [check, _instruct_stage(inputs), pairing, _compare_stage(inputs), _parity_stage(inputs, policy)]
+    # A candidate check could not read is reported once, there: the later stages judge the rest.
+    unread = {f.file for f in check.findings if f.rule_id.startswith("check-")}
+    readable = replace(inputs, drafter_ggufs=tuple(p for p in inputs.drafter_ggufs if str(p) not in unread))
+    stages = [check, _instruct_stage(inputs), pairing, _compare_stage(readable), _parity_stage(readable, policy)]
     for s in stages:
         if inputs.allow_base_target:
             s.findings = [f.with_severity(INFO) if f.rule_id in BASE_TARGET_RULES else f for f in s.findings]
@@ -64,31 +71,28 @@ def run_gate(inputs: GateInputs, policy: Policy = Policy()) -> GateReport:
     return GateReport(stages)
 
 
-def _failure(stage: str, path: Path, exc: DflashError) -> GateFinding:
-    return GateFinding(stage, f"{stage}-{type(exc).__name__}", ERROR, str(path), str(exc))
-
-
 def _check_stages(ggufs: Sequence[Path], target: Path | None) -> tuple[StageResult, StageResult]:
     from ..guards.run import run_checks
 
     check, pairing = StageResult("check", PASSED, ""), StageResult("pairing", PASSED, "")
     for path in ggufs:
+        check.coverage.append(Coverage(str(path), "check", rules_of("check", deep=True)))
+        if target is not None:
+            pairing.coverage.append(Coverage(str(path), "pairing", rules_of("pairing")))
         try:
             report = run_checks(path, target=target, deep=True)
         except DflashError as exc:
-            check.findings.append(_failure("check", path, exc))
+            check.findings.append(sources.failure("check", path, exc))
             continue
-        for f in report.findings:
-            stage = pairing if f.category == "pairing" else check
-            stage.findings.append(GateFinding(stage.name, f.code, f.severity.value, f.file or str(path), f.message,
-                                              f.where))
+        for f in sources.check_findings(report):
+            (pairing if f.stage == sources.PAIRING else check).findings.append(f)
     if target is not None:
+        check.coverage.append(Coverage(str(target), "check", rules_of("check")))
         try:
             report = run_checks(target)
-            check.findings += [GateFinding("check", f.code, f.severity.value, f.file or str(target), f.message,
-                                           f.where) for f in report.findings]
+            check.findings += sources.check_findings(report)
         except DflashError as exc:
-            check.findings.append(_failure("check", target, exc))
+            check.findings.append(sources.failure("check", target, exc))
     n = len(ggufs) + (target is not None)
     check.summary = f"{n} file(s), drafters scanned to the last byte"
     if target is None:
@@ -105,29 +109,23 @@ def _instruct_stage(inputs: GateInputs) -> StageResult:
         stage.status, stage.summary = SKIPPED, "no --target"
         return stage
     if t.is_dir():
+        stage.coverage.append(Coverage(str(t), stage.name, (sources.NO_CHAT_TEMPLATE,)))
         stage.summary = f"{t.name}: Hugging Face dir, chat template"
         if not _has_chat_template(t):
-            stage.findings.append(GateFinding(
-                "check-instruct", "instruct-no-chat-template", ERROR, str(t),
-                "the target has no chat template (tokenizer_config.json chat_template, chat_template.jinja/.json): "
-                "a base model? (--allow-base-target for a drafter trained against a base model)"))
+            stage.findings.append(sources.no_chat_template(t))
         return stage
-    from ..guards.instruct import Verdict, classify
+    from ..guards.instruct import classify
     from ..guards.shards import load_complete
+
+    stage.coverage.append(Coverage(str(t), stage.name, rules_of(stage.name)))
 
     try:
         v = classify(load_complete(t).model)
     except DflashError as exc:
-        stage.findings.append(_failure("check-instruct", t, exc))
+        stage.findings.append(sources.failure("check-instruct", t, exc))
         return stage
     stage.summary = f"{t.name}: {v.verdict.value} ({v.reason})"
-    if v.verdict == Verdict.BASE:
-        stage.findings.append(GateFinding("check-instruct", "instruct-verdict-base", ERROR, str(t),
-                                          f"the target is a base model: {v.reason} (--allow-base-target for a "
-                                          "drafter trained against a base model)"))
-    elif v.verdict == Verdict.UNKNOWN:
-        stage.findings.append(GateFinding("check-instruct", "instruct-verdict-unknown", WARNING, str(t),
-                                          f"instruct or base cannot be told from the metadata: {v.reason}"))
+    stage.findings += sources.instruct_findings(t, v)
     return stage
 
 
@@ -145,22 +143,19 @@ def _compare_stage(inputs: GateInputs) -> StageResult:
     from ..compare import compare_weights
 
     stage = StageResult("compare-weights", PASSED, "")
+    if not inputs.drafter_ggufs:
+        stage.status, stage.summary = SKIPPED, "no candidate could be read (see check)"
+        return stage
     counts = []
     for path in inputs.drafter_ggufs:
+        stage.coverage.append(Coverage(str(path), stage.name, rules_of(stage.name)))
         try:
             r = compare_weights(inputs.drafter, path)
         except DflashError as exc:
-            stage.findings.append(_failure("compare-weights", path, exc))
+            stage.findings.append(sources.failure("compare-weights", path, exc))
             continue
         counts.append(f"{path.name}: {r.summary}")
-        for t in r.tensors:
-            if not t.passed:
-                stage.findings.append(GateFinding("compare-weights", f"tensor-{t.status}", ERROR, str(path),
-                                                  f"{t.name}: {t.status}" + (f": {t.detail}" if t.detail else ""),
-                                                  f"tensor {t.name}"))
-        for c in r.constants_differing:
-            stage.findings.append(GateFinding("compare-weights", f"constant-{c.status}", ERROR, str(path), c.detail,
-                                              f"key {c.key}"))
+        stage.findings += sources.compare_findings(r, path)
     stage.summary = "; ".join(counts) or "nothing compared"
     return stage
 
@@ -178,30 +173,28 @@ def _parity_stage(inputs: GateInputs, policy: Policy) -> StageResult:
         stage.status, stage.summary = SKIPPED, why
         if inputs.require_parity:
             stage.status = FAILED
-            stage.findings.append(GateFinding("parity", "parity-required", ERROR, str(inputs.drafter),
-                                              f"--require-parity, but parity cannot run: {why}"))
+            stage.findings.append(Finding("parity", PARITY_REQUIRED, ERROR, str(inputs.drafter),
+                                          f"--require-parity, but parity cannot run: {why}"))
+        return stage
+    if not inputs.drafter_ggufs:
+        stage.status, stage.summary = SKIPPED, "no candidate could be read (see check)"
         return stage
     from ..parity import ParityOptions, run_parity
     from ..parity.gates import Gates, evaluate
 
     gates = Gates(**{k: policy.thresholds.get(k) for k in ("min_acceptance_length", "max_acceptance_drop",
                                                           "min_top1")})
+    active = tuple(k for k, v in vars(gates).items() if v is not None)
+    stage.coverage += [Coverage(str(p), stage.name, rules_of(stage.name, gates=active)) for p in inputs.drafter_ggufs]
     try:
         report = run_parity(inputs.target, inputs.drafter, [list(p) for p in inputs.prompts],
                             drafter_ggufs=list(inputs.drafter_ggufs),
                             options=ParityOptions(max_new_tokens=inputs.max_new_tokens, device=inputs.device))
     except DflashError as exc:
-        stage.findings.append(_failure("parity", inputs.drafter, exc))
+        stage.findings.append(sources.failure("parity", inputs.drafter, exc))
         stage.summary = "could not run (below)"
         return stage
-    if not report.lossless:
-        stage.findings.append(GateFinding("parity", "parity-not-lossless", ERROR, str(inputs.drafter),
-                                          "at temperature 0 the speculative output differs from the target's greedy "
-                                          "decoding"))
     results = evaluate(report, gates)
-    for g in results:
-        if not g.passed:
-            stage.findings.append(GateFinding("parity", f"parity-{g.gate}", ERROR, g.drafter, g.detail,
-                                              f"drafter {Path(g.drafter).name}"))
+    stage.findings += sources.parity_findings(report, results, inputs.drafter)
     stage.summary = f"{len(report.prompts)} prompt(s), {len(results)} gate check(s) on {report.device}"
     return stage

@@ -69,9 +69,9 @@ def pid_gone(pid: int, within: float = 5.0) -> bool:
 
 
 def bench_json(cli, tmp_path, *args, name="r.json"):
-    """Run ``bench ... --json FILE`` in-process: (exit code, report or None, stdout, stderr)."""
+    """Run ``bench ... --report FILE`` in-process: (exit code, report or None, stdout, stderr)."""
     out = tmp_path / name
-    code, so, se = cli("bench", *map(str, args), "--json", out)
+    code, so, se = cli("bench", *map(str, args), "--report", out)
     return code, (json.loads(out.read_text()) if out.exists() else None), so, se
 
 

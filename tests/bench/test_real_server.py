@@ -35,7 +35,7 @@ def real_report(pair, llama_server_bin, tmp_path_factory):
     code = main(["bench", "--server-bin", str(llama_server_bin), "--target", str(pair["target"]),
                  "--drafter", str(pair["drafter"]), "--suite", str(pair["prompts"]), "--suite", "maths",
                  "--limit", "3", "--n-predict", str(N), "--ignore-eos", "--threads", "2", "--runs", "2",
-                 "--json", str(out)])
+                 "--report", str(out)])
     assert code == 0
     return json.loads(out.read_text())
 
@@ -76,9 +76,9 @@ def _parity_mean_length(pair, tmp_path, *extra: str) -> float:
 
     out = tmp_path / "parity.json"
     assert main(["parity", "--target", str(target), "--drafter", str(drafter), "--prompts-file", str(pair["prompts"]),
-                 "--max-new-tokens", str(N), "--emulate", "llama.cpp", "--device", "cpu", "--json", str(out),
+                 "--max-new-tokens", str(N), "--emulate", "llama.cpp", "--device", "cpu", "--report", str(out),
                  *extra]) in (0, 30)
-    return json.loads(out.read_text())["pooled"]["emulated"]["acceptance"]["mean_acceptance_length"]
+    return json.loads(out.read_text())["payload"]["pooled"]["emulated"]["acceptance"]["mean_acceptance_length"]
 
 
 def _row(report, pair):
@@ -101,7 +101,7 @@ def test_a_short_draft_mixes_accepts_and_rejects_as_parity_predicts(pair, llama_
     out = tmp_path / "short.json"
     assert main(["bench", "--server-bin", str(llama_server_bin), "--target", str(pair["target"]),
                  "--drafter", str(pair["drafter"]), "--suite", str(pair["prompts"]), "--n-predict", str(N),
-                 "--ignore-eos", "--threads", "2", "--draft-max", "3", "--no-baseline", "--json", str(out)]) == 0
+                 "--ignore-eos", "--threads", "2", "--draft-max", "3", "--no-baseline", "--report", str(out)]) == 0
     report = json.loads(out.read_text())
     row = _row(report, pair)
     acc = row["runs"][0]["acceptance"]

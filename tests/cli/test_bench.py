@@ -21,22 +21,26 @@ def test_table_on_stdout(cli, tmp_path, fake_bin, fake_env, drafters):
 
 def test_json_to_stdout(cli, fake_bin, fake_env, drafters):
     code, so, se = cli("bench", "--server-bin", fake_bin, "--target", TARGET, "--drafter", drafters["good"],
-                       "--suite", "chat", "--limit", 1, "--n-predict", 8, "--json", "-")
+                       "--suite", "chat", "--limit", 1, "--n-predict", 8, "--json")
     assert code == 0, se
     assert json.loads(so)["schema"] == "dflash-gguf.bench/1"
 
 
-@pytest.mark.parametrize("args,says", [
-    (["--target", TARGET, "--server-log", "x.log"], "--server-log reads the log of a running server: use it with --server"),
-    (["--target", TARGET, "--json", "/nonexistent-dir/r.json"], "--json /nonexistent-dir/r.json: directory /nonexistent-dir does not exist"),
-    (["--target", "/nonexistent/t.gguf"], "--target /nonexistent/t.gguf: no such file"),
-    (["--target", TARGET, "--drafter", "/nonexistent/d.gguf"], "--drafter /nonexistent/d.gguf: no such file"),
-    (["--server", "ftp://h:1"], "--server 'ftp://h:1': expected [NAME=]http://HOST:PORT"),
-    (["--target", TARGET, "--server-args", "-ngl '99"], "--server-args \"-ngl '99\": cannot split it into flags"),
+@pytest.mark.parametrize("args,code,says", [
+    (["--target", TARGET, "--server-log", "x.log"], 2, "--server-log reads the log of a running server: use it with --server"),
+    # the report path is checked by fileio.outputs.check_report, as every output: an OutputError
+    (["--target", TARGET, "--report", "/nonexistent-dir/r.json"], 5, "--report /nonexistent-dir/r.json: directory /nonexistent-dir does not exist"),
+    # --json took a path before 0.2: now a usage error that names --report
+    (["--target", TARGET, "--json", "r.json"], 2, "bench --json r.json: --json takes no value now (it prints JSON on stdout, as in every command); to write a file use --report r.json"),
+    (["--target", TARGET, "--json", "-"], 2, "bench --json -: --json takes no value now (it prints JSON on stdout, as in every command); to write a file use --report FILE.json"),
+    (["--target", "/nonexistent/t.gguf"], 2, "--target /nonexistent/t.gguf: no such file"),
+    (["--target", TARGET, "--drafter", "/nonexistent/d.gguf"], 2, "--drafter /nonexistent/d.gguf: no such file"),
+    (["--server", "ftp://h:1"], 2, "--server 'ftp://h:1': expected [NAME=]http://HOST:PORT"),
+    (["--target", TARGET, "--server-args", "-ngl '99"], 2, "--server-args \"-ngl '99\": cannot split it into flags"),
 ])
-def test_refused_before_a_server_is_looked_for(cli, fake_env, args, says):
-    code, so, se = cli("bench", "--server-bin", "/nonexistent/llama-server", *args)
-    assert code == 2 and says in se and len(se.strip().splitlines()) == 1
+def test_refused_before_a_server_is_looked_for(cli, fake_env, args, code, says):
+    got, so, se = cli("bench", "--server-bin", "/nonexistent/llama-server", *args)
+    assert got == code and says in se and len(se.strip().splitlines()) == 1
     assert so == "" and not fake_env.exists()
 
 
@@ -52,10 +56,12 @@ def test_a_pair_that_does_not_fit_is_refused_before_a_server_starts(cli, fake_bi
                         "dflash-gguf check DRAFTER --target TARGET reports); no server was started")
     assert [line.split()[:2] for line in lines[1:]] == [["error", "pair-vocab-mismatch:"], ["error", "pair-taps-depth:"]]
     assert all(line.endswith("(good.gguf)") for line in lines[1:])
-    # the same findings as check's
+    # the same findings as check's (between its header line and its verdict line)
     code, so, _ = cli("check", drafters["good"], "--target", llama)
-    assert code == 13 and [line.strip() for line in so.splitlines()[1:]] == [
+    *found, verdict = so.splitlines()[1:]
+    assert code == 13 and [line.strip() for line in found] == [
         line.strip().removesuffix("(good.gguf)").strip() for line in lines[1:]]
+    assert verdict.startswith("check: FAIL (exit 13): 1 file, 2 errors, 0 warnings; first: pair-vocab-mismatch in good.gguf")
 
 
 def test_split_args():

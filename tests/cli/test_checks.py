@@ -1,6 +1,6 @@
 """`check` and `check-instruct` on the command line (cli/checks.py): the exit-code tables, the
-order findings are shown in, the text report lines against the JSON document and the file, and a
-failure still being one JSON document with --json."""
+order findings are shown in, the text report lines (and the verdict line they end with) against
+the JSON envelope's payload and the file, and a failure still being one JSON document with --json."""
 from __future__ import annotations
 
 import json
@@ -52,50 +52,81 @@ def test_findings_are_shown_errors_first_in_their_order():
 def test_check_text_report_is_the_json_report(cli):
     code, text, _ = cli("check", DRAFTER, "--target", BASE_TARGET)
     jcode, js, _ = cli("check", DRAFTER, "--target", BASE_TARGET, "--json")
-    doc = json.loads(js)
-    assert code == jcode == doc["exit_code"] == 13
+    env = json.loads(js)
+    (doc,) = env["payload"]["files"]
+    assert code == jcode == env["exit_code"] == doc["exit_code"] == 13
     s = doc["summary"]
     n_tensors = len(GGUFReader(DRAFTER).tensors)
     assert s["tensors"] == n_tensors and s["file_bytes"] == DRAFTER.stat().st_size and s["errors"] >= 1
     lines = text.splitlines()
     assert lines[0] == (f"{DRAFTER}: {s['errors']} error{'s' * (s['errors'] != 1)} (header only; "
                         f"{n_tensors:,} tensors, {DRAFTER.stat().st_size:,} bytes)")
-    assert lines[1:] == [f"  {f['severity']:<7}  {f['code']}: {f['message']}" + (f"  [{f['where']}]" if f["where"] else "")
-                         for f in doc["findings"]]
+    assert lines[1:-1] == [f"  {f['severity']:<7}  {f['code']}: {f['message']}" + (f"  [{f['where']}]" if f["where"] else "")
+                           for f in doc["findings"]]
     assert all(f["category"] == "pairing" for f in doc["findings"])
+    # the envelope's findings are the report's, with rule ids, and the text ends with its verdict line
+    assert [(f["rule_id"], f["stage"], f["message"]) for f in env["findings"]] == [
+        (f["code"], "pairing", f["message"]) for f in doc["findings"]]
+    assert lines[-1] == env["summary"]
+    assert lines[-1].startswith(f"check: FAIL (exit 13): 1 file, {s['errors']} errors, 0 warnings; "
+                                f"first: {doc['findings'][0]['code']} in ")
 
 
-def test_a_clean_file_is_one_ok_line(cli):
+def test_a_clean_file_is_one_ok_line_then_the_verdict(cli):
     code, text, _ = cli("check", DRAFTER, "--deep", "--no-progress")
     n_tensors = len(GGUFReader(DRAFTER).tensors)
     assert code == 0
-    assert text.splitlines() == [f"{DRAFTER}: OK (header + data; {n_tensors:,} tensors, {DRAFTER.stat().st_size:,} bytes)"]
+    assert text.splitlines() == [f"{DRAFTER}: OK (header + data; {n_tensors:,} tensors, {DRAFTER.stat().st_size:,} bytes)",
+                                 "check: PASS: 1 file, 0 errors, 0 warnings"]
 
 
 def test_check_instruct_text_is_the_json_evidence(cli):
-    for name, code in (("qwen3-8b-dflash.gguf", 0), ("frankenmerge-7b.gguf", 11), ("qwen3-8b-base.gguf", 10)):
+    for name, code in (("qwen3-8b.gguf", 0), ("frankenmerge-7b.gguf", 11), ("qwen3-8b-base.gguf", 10)):
         path = GUARDS / name
         rc, text, _ = cli("check-instruct", path)
         _, js, _ = cli("check-instruct", path, "--json")
-        doc = json.loads(js)
-        assert rc == doc["exit_code"] == code
+        env = json.loads(js)
+        (doc,) = env["payload"]["files"]
+        assert rc == env["exit_code"] == doc["exit_code"] == code
         want = [f"{path}: {doc['verdict']} ({doc['reason']})"]
         want += [f"  tier {e['tier']}  {e['leans'] or 'info':<8}  {e['field']} = {e['value']}  ({e['description']})"
                  for e in doc["evidence"]]
         if doc["verdict"] == "unknown":
             want.append("  pass --allow-unknown to accept an unknown verdict")
+        want.append(env["summary"])
         assert text.splitlines() == want
+        assert want[-1].startswith("check-instruct: PASS: 1 file" if code == 0 else
+                                   f"check-instruct: FAIL (exit {code}): 1 file, 1 error, 0 warnings; "
+                                   f"first: instruct-verdict-{doc['verdict']} in {name}: ")
     _, text, _ = cli("check-instruct", GUARDS / "frankenmerge-7b.gguf", "--allow-unknown")
     assert "pass --allow-unknown" not in text  # accepted: no hint
+
+
+def test_check_instruct_skips_a_drafter(cli):
+    """A drafter GGUF is not a target: no instruct verdict, exit 0, a note on stderr."""
+    rc, text, err = cli("check-instruct", DRAFTER)
+    assert rc == 0 and text.splitlines() == ["check-instruct: PASS: 1 file, 0 errors, 0 warnings"]
+    assert err.strip() == f"{DRAFTER}: a drafter (dflash), not a target: no instruct verdict"
+    rc, js, _ = cli("check-instruct", DRAFTER, "--json")
+    env = json.loads(js)
+    assert rc == env["exit_code"] == 0 and env["verdict"] == "pass" and env["findings"] == []
+    assert env["payload"]["files"] == [{"file": str(DRAFTER), "verdict": "not-a-target", "exit_code": 0,
+                                        "reason": "architecture dflash is a drafter"}]
 
 
 @pytest.mark.parametrize("command", ["check", "check-instruct"])
 def test_a_failure_is_still_one_json_document(cli, tmp_path, command):
     missing = tmp_path / "nope.gguf"
     code, so, se = cli(command, missing, "--json")
-    doc = json.loads(so)
-    assert code == doc["exit_code"] == 5 and doc["file"] == str(missing)
+    env = json.loads(so)
+    (doc,) = env["payload"]["files"]
+    assert code == env["exit_code"] == doc["exit_code"] == 5 and doc["file"] == str(missing)
+    assert env["verdict"] == "error" and env["error"] == doc["error"]
     assert doc["error"]["type"] == "InputError" and "nope.gguf" in doc["error"]["message"]
+    assert [(f["rule_id"], f["file"]) for f in env["findings"]] == [(f"{command}-InputError", str(missing))]
     assert se.startswith("error: ") and len(se.strip().splitlines()) == 1
     code, so, se = cli(command, missing)
-    assert code == 5 and so == ""
+    (verdict,) = so.splitlines()  # no verdict on the file: only the verdict line, which names the error
+    assert code == 5 and verdict.startswith(
+        f"{command}: ERROR (exit 5): 1 file, 1 error, 0 warnings; first: {command}-InputError in nope.gguf: {missing}")
+    assert se.startswith("error: ") and len(se.strip().splitlines()) == 1

@@ -19,8 +19,10 @@ def test_cli_pass_table_and_summary(cli, converted):
 def test_cli_json_has_every_number(cli, converted):
     code, out, _ = cli("compare-weights", DRAFTERS / "qwen3-flat", converted("qwen3-flat", "lucebox", "q4_k_m"),
                        "--json")
-    doc = json.loads(out)
-    assert code == 0 and doc["exit_code"] == 0 and doc["verdict"] == "pass" and doc["format"] == "lucebox"
+    env = json.loads(out)
+    doc = env["payload"]
+    assert code == 0 and env["exit_code"] == 0 and env["verdict"] == doc["verdict"] == "pass"
+    assert doc["format"] == "lucebox" and "exit_code" not in doc and env["findings"] == []
     assert doc["summary"]["bit-identical"] == doc["summary"]["tensors"] == len(doc["tensors"])
     t = next(t for t in doc["tensors"] if t["type"] == "Q4_K")
     for k in ("rel_rms", "max_abs", "max_abs_index", "cosine", "norm_ratio", "expected_rel_rms",
@@ -42,8 +44,14 @@ def test_cli_fail_exit_code_and_details(cli, converted, tmp_path):
     assert code == 20 and not err
     assert "25 tensors: 24 bit-identical, 0 within tolerance, 1 out of tolerance, 0 missing" in out
     assert "swapped-with:layers.0.self_attn.o_proj.weight" in out
+    *_, counts, verdict = out.strip().splitlines()
+    assert counts.startswith("25 tensors: 24 bit-identical") and " MB in " in counts
+    assert verdict.startswith("compare-weights: FAIL (exit 20): 1 file, 1 error, 0 warnings; "
+                              "first: tensor-out in bad.gguf")
     code, out, _ = cli("compare-weights", DRAFTERS / "qwen3-flat", bad, "--json")
-    assert code == 20 and json.loads(out)["exit_code"] == 20 and json.loads(out)["verdict"] == "fail"
+    env = json.loads(out)
+    assert code == 20 and env["exit_code"] == 20 and env["verdict"] == env["payload"]["verdict"] == "fail"
+    assert env["summary"] == verdict and [f["rule_id"] for f in env["findings"]] == ["tensor-out"]
 
 
 def test_cli_gguf_vs_gguf(cli, converted):
@@ -79,7 +87,10 @@ def test_cli_bad_inputs_one_line_each(cli, converted, tmp_path):
     c, _, err = cli("compare-weights", DRAFTERS / "qwen3-flat", trunc)
     assert c == 6 and "Traceback" not in err
     c, out, err = cli("compare-weights", DRAFTERS / "gemma-style", LLAMA_GGUF, "--json")
-    assert c == 6 and "not a DFlash drafter" in err and json.loads(out)["exit_code"] == 6
+    env = json.loads(out)
+    assert c == 6 and "not a DFlash drafter" in err and env["exit_code"] == 6 and env["verdict"] == "error"
+    assert env["payload"] == {"a": str(DRAFTERS / "gemma-style"), "b": str(LLAMA_GGUF)}
+    assert env["error"]["type"] == "GGUFFormatError" and "not a DFlash drafter" in env["error"]["message"]
     c, _, err = cli("compare-weights", tmp_path, good)  # a dir without weights
     assert c == 5 and "model.safetensors" in err
 

@@ -1,6 +1,6 @@
 """`parity` on the command line (cli/parity.py): the flag checks made before anything runs (a GGUF
-where the checkpoint goes, torch missing), the report on stdout or in a file, and the text lines
-against the JSON report of the same run."""
+where the checkpoint goes, torch missing, the old `--json PATH`), the report on stdout or in a file,
+and the text lines (ending with the verdict line) against the JSON envelope of the same run."""
 import json
 import os
 import shutil
@@ -30,7 +30,11 @@ def test_bad_inputs_are_one_line(cli, tmp_path, args, needle):
     (("--prompt-ids", "1,5", "--dtype", "float16"), "--dtype 'float16': choose float32 or bfloat16"),
     (("--prompt-ids", "1,5", "--target-quant", "q3_k"), "--target-quant 'q3_k': choose q8_0 or q4_k_m"),
     (("--prompt-ids", "1,5", "--prompt", "hi"), "give exactly one of --prompt-ids, --prompt, --prompts-file"),
-    (("--prompt-ids", "1,5", "--json", DRAFTERS / "qwen3-flat" / "config.json"), "is one of this command's inputs"),
+    (("--prompt-ids", "1,5", "--report", DRAFTERS / "qwen3-flat" / "config.json"), "is one of this command's inputs"),
+    # --json took a path before 0.2: now a flag, and the old spelling a usage error naming --report
+    (("--prompt-ids", "1,5", "--json", "r.json"), "parity --json r.json: --json takes no value now (it prints JSON on "
+                                                  "stdout, as in every command); to write a file use --report r.json"),
+    (("--prompt-ids", "1,5", "--json", "-"), "to write a file use --report FILE.json"),
 ])
 def test_refused_before_the_run(cli, args, says):
     code, so, se = cli("parity", "--target", QWEN, "--drafter", DRAFTERS / "qwen3-flat", "--device", "cpu", *args)
@@ -72,9 +76,11 @@ def test_the_text_report_is_the_json_report(cli, tmp_path):
     pytest.importorskip("torch", reason="torch is not installed (the [torch] extra)")
     rep = tmp_path / "r.json"
     code, so, se = cli("parity", "--target", QWEN, "--drafter", DRAFTERS / "qwen3-flat", "--prompt-ids", PROMPT,
-                       "--max-new-tokens", 10, "--device", "cpu", "--json", rep)
+                       "--max-new-tokens", 10, "--device", "cpu", "--report", rep)
     assert code == 0, se
-    doc = json.loads(rep.read_text())
+    env = json.loads(rep.read_text())
+    assert env["command"] == "parity" and env["exit_code"] == 0 and env["verdict"] == "pass"
+    doc = env["payload"]
     a = doc["pooled"]["reference"]["acceptance"]
     line = (f"reference: acc per pos {' '.join(f'{x:.2f}' for x in a['per_position'])}; "
             f"histogram (0..{len(a['histogram']) - 1} accepted) {' '.join(map(str, a['histogram']))}; "
@@ -82,10 +88,11 @@ def test_the_text_report_is_the_json_report(cli, tmp_path):
     assert line in so.splitlines()
     n = len(PROMPT.split(","))
     assert so.splitlines()[0].startswith(f"prompt of {n} tokens, 10 new, block {doc['settings']['block_size']}")
-    # '-': the JSON document alone on stdout, the same numbers
+    assert so.splitlines()[-1] == env["summary"] == "parity: PASS: 1 file, 0 errors, 0 warnings"
+    # --json: the JSON envelope alone on stdout, the same numbers
     code, so, se = cli("parity", "--target", QWEN, "--drafter", DRAFTERS / "qwen3-flat", "--prompt-ids", PROMPT,
-                       "--max-new-tokens", 10, "--device", "cpu", "--json", "-")
+                       "--max-new-tokens", 10, "--device", "cpu", "--json")
     assert code == 0, se
-    again = json.loads(so)
+    again = json.loads(so)["payload"]
     assert again["reference"]["new_ids"] == doc["reference"]["new_ids"]
     assert again["pooled"]["reference"]["acceptance"]["histogram"] == a["histogram"]

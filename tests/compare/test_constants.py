@@ -40,11 +40,16 @@ def test_a_theta_edited_in_the_header_fails_naming_the_key(converted, tmp_path, 
     code, out, _ = cli("compare-weights", FLAT, bad)
     assert code == EXIT_MISMATCH
     assert "constant differs: dflash.rope.freq_base = 10000 in the file, 1000000 from config.rope_theta" in out
-    assert out.strip().splitlines()[-1].startswith("25 tensors: 25 bit-identical")
+    *_, counts, verdict = out.strip().splitlines()
+    assert counts.startswith("25 tensors: 25 bit-identical")
+    assert verdict.startswith(f"compare-weights: FAIL (exit {EXIT_MISMATCH}): 1 file, 1 error, 0 warnings; "
+                              "first: constant-differs in bad.gguf [key dflash.rope.freq_base]: "
+                              "dflash.rope.freq_base = 10000 in the file, 1000000 from config.rope_theta")
     code, out, _ = cli("compare-weights", FLAT, bad, "--json")
     doc = json.loads(out)
-    assert doc["exit_code"] == EXIT_MISMATCH and doc["verdict"] == "fail"
-    assert [c["key"] for c in doc["constants"] if c["status"] != "same"] == ["dflash.rope.freq_base"]
+    assert doc["exit_code"] == EXIT_MISMATCH and doc["verdict"] == doc["payload"]["verdict"] == "fail"
+    assert [c["key"] for c in doc["payload"]["constants"] if c["status"] != "same"] == ["dflash.rope.freq_base"]
+    assert [(f["rule_id"], f["where"]) for f in doc["findings"]] == [("constant-differs", "key dflash.rope.freq_base")]
     assert cli("compare-weights", FLAT, bad, "--no-constants")[0] == 0
 
 

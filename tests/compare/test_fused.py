@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 
-import numpy as np
 import pytest
 from gguf import GGMLQuantizationType as Q
 
@@ -32,7 +31,7 @@ def _damage(name, typ, shape, data):
 
 
 def _report(cli, gguf, fused: bool) -> tuple[dict, dict]:
-    """The --json report (less its timing) and the number of Q4_K/Q6_K dequantizations."""
+    """The --json envelope (less its report's timing) and the number of Q4_K/Q6_K dequantizations."""
     calls = {"fused": 0, "deq": 0}
     real_fused, real_deq = quants.quantize_finite_with_values, kernels.dequantize
 
@@ -51,7 +50,7 @@ def _report(cli, gguf, fused: bool) -> tuple[dict, dict]:
         code, out, err = cli("compare-weights", DRAFTERS / "qwen3-flat", gguf, "--json")
     doc = json.loads(out)
     assert doc["exit_code"] == code, err
-    doc.pop("seconds")
+    doc["payload"].pop("seconds")
     return doc, calls
 
 
@@ -67,19 +66,19 @@ def test_report_is_the_same_with_and_without_the_fused_values(cli, converted, tm
     plain, off = _report(cli, gguf, False)
     assert json.dumps(fused, sort_keys=True) == json.dumps(plain, sort_keys=True)
 
-    types = {t["type"] for t in fused["tensors"]}
+    types = {t["type"] for t in fused["payload"]["tensors"]}
     assert {"Q4_K", "Q6_K"} <= types, types
     assert on["fused"] > 0 and off["fused"] == 0
     # every chunk given the values dequantizes once less: its GGUF bytes where they are ggml's
     # (y), ggml's bytes where they differ (ye); the rest (the GGUF bytes of damaged chunks, the
     # diagnosis of failing tensors) is the same in both runs
     assert off["deq"] == on["fused"] + on["deq"]
-    damaged_rows = [t for t in fused["tensors"] if t["bytes_differing"]]
+    damaged_rows = [t for t in fused["payload"]["tensors"] if t["bytes_differing"]]
     if damaged:
         assert damaged_rows and all(t["type"] in ("Q4_K", "Q6_K") for t in damaged_rows)
         assert {t["type"] for t in damaged_rows} == {"Q4_K", "Q6_K"}
         assert all(t["deviation_from_ggml"] > 0 for t in damaged_rows)
         assert on["deq"] > 0
-        assert fused["verdict"] == "fail"
+        assert fused["verdict"] == fused["payload"]["verdict"] == "fail"
     else:
-        assert not damaged_rows and on["deq"] == 0 and fused["verdict"] == "pass"
+        assert not damaged_rows and on["deq"] == 0 and fused["verdict"] == fused["payload"]["verdict"] == "pass"

@@ -174,7 +174,7 @@ def test_compare_weights_understands_the_conversion(cli, tmp_path):
     out = tmp_path / "d.gguf"
     assert cli("convert", drafter, "--target-dir", target, "-o", out)[0] == 0
     code, so, err = cli("compare-weights", drafter, out, "--json")
-    doc = _json.loads(so)
+    doc = _json.loads(so)["payload"]
     statuses = {t["status"] for t in doc["tensors"]}
     assert code == 0 and statuses == {"bit-identical"}, (statuses, err)
     assert any("mask_embedding.pt" in n for n in doc["notes"])

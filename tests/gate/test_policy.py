@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from dflash_gguf.errors import UsageError
-from dflash_gguf.gate.findings import GateFinding
+from dflash_gguf.verdict.findings import Finding as GateFinding
 from dflash_gguf.gate.policy import DEFAULT_THRESHOLDS, load_policy
 
 

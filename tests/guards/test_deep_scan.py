@@ -39,8 +39,9 @@ def test_deep_finds_nan_inf_zero_and_bad_scales(cli, tmp_path):
     ])
     assert cli("check", p)[0] == 0  # header-only sees nothing wrong
     rc, out, _ = cli("check", p, "--deep", "--json")
-    doc = json.loads(out)
-    assert rc == 12 and doc["deep"] and doc["summary"]["bytes_scanned"] == sum(t.nbytes for t in read_header(p).tensors)
+    env = json.loads(out)
+    (doc,) = env["payload"]["files"]
+    assert rc == env["exit_code"] == doc["exit_code"] == 12 and doc["deep"] and doc["summary"]["bytes_scanned"] == sum(t.nbytes for t in read_header(p).tensors)
     msgs = {(f["code"], f["where"]): f["message"] for f in doc["findings"]}
     assert msgs[("nan-inf", "tensor f32")].startswith("tensor f32 (F32) has 2 NaN and 1 inf values (first at element 3)")
     assert "has 0 NaN and 1 inf values (first at element 5)" in msgs[("nan-inf", "tensor f16")]
@@ -50,6 +51,7 @@ def test_deep_finds_nan_inf_zero_and_bad_scales(cli, tmp_path):
     assert ("all-zero", "tensor zero") in msgs
     assert not any(w == "tensor q8ok" for _, w in msgs)
     assert {f["category"] for f in doc["findings"]} == {"data"}
+    assert {(f["rule_id"], f["where"]): f["message"] for f in env["findings"]} == msgs  # the envelope's, the same
 
 
 @pytest.mark.parametrize("qtype, scale_at", [(Q.Q6_K, 208), (Q.Q2_K, 82), (Q.Q3_K, 108), (Q.IQ4_XS, 0), (Q.TQ2_0, 64)])

@@ -157,9 +157,14 @@ def test_every_rule_is_documented():
     ("qwen3-8b-sharded-00002-of-00002.gguf", 0),
 ])
 def test_check_instruct_exit_codes(cli, name, code):
-    rc, out, _ = cli("check-instruct", GUARDS / name)
+    rc, out, err = cli("check-instruct", GUARDS / name)
     assert rc == code
-    assert out.startswith(f"{GUARDS / name}: ")
+    *report, verdict = out.splitlines()
+    assert verdict.startswith("check-instruct: PASS: 1 file" if code == 0 else f"check-instruct: FAIL (exit {code}): 1 file")
+    if name == "qwen3-8b-dflash.gguf":  # a drafter is not a target: skipped, not classified
+        assert report == [] and err.strip() == f"{GUARDS / name}: a drafter (dflash), not a target: no instruct verdict"
+    else:
+        assert report[0].startswith(f"{GUARDS / name}: ")
 
 
 def test_allow_unknown(cli):
@@ -169,9 +174,13 @@ def test_allow_unknown(cli):
 
 def test_check_instruct_json(cli):
     rc, out, _ = cli("check-instruct", QWEN, "--json")
-    doc = json.loads(out)
+    env = json.loads(out)
+    assert set(env) == {"schema_version", "tool", "tool_version", "command", "exit_code", "verdict", "summary",
+                        "files", "findings", "error", "payload"}
+    assert env["command"] == "check-instruct" and env["verdict"] == "pass" and env["error"] is None
+    (doc,) = env["payload"]["files"]
     assert rc == 0 and set(doc) == {"file", "shards", "verdict", "reason", "exit_code", "evidence"}
-    assert doc["verdict"] == "instruct" and doc["exit_code"] == 0
+    assert doc["verdict"] == "instruct" and doc["exit_code"] == env["exit_code"] == 0
     ev = doc["evidence"][0]
     assert set(ev) == {"rule", "tier", "leans", "field", "value", "matched", "description"}
     assert {e["rule"] for e in doc["evidence"]} >= {"eos-turn-end", "family-qwen3", "template-chatml"}
@@ -181,11 +190,16 @@ def test_truncated_file_is_6_before_any_verdict(cli, tmp_path):
     cut = tmp_path / "qwen3-8b.gguf"
     cut.write_bytes(QWEN.read_bytes()[:3000])
     rc, out, err = cli("check-instruct", cut)
-    assert rc == 6 and out == ""
+    (verdict,) = out.splitlines()  # no verdict on the file: only the verdict line, which names the error
+    assert rc == 6 and verdict.startswith(
+        "check-instruct: ERROR (exit 6): 1 file, 1 error, 0 warnings; first: check-instruct-TruncatedError in "
+        f"qwen3-8b.gguf: {cut}: tensor token_embd.weight needs bytes up to")
     assert err.startswith(f"error: {cut}: tensor token_embd.weight needs bytes up to")
     rc, out, err = cli("check-instruct", cut, "--json")
-    doc = json.loads(out)
-    assert rc == 6 and doc["exit_code"] == 6 and doc["error"]["type"] == "TruncatedError"
+    env = json.loads(out)
+    (doc,) = env["payload"]["files"]
+    assert rc == 6 and env["exit_code"] == doc["exit_code"] == 6 and doc["error"]["type"] == "TruncatedError"
+    assert env["verdict"] == "error" and env["error"] == doc["error"]
     assert "verdict" not in doc
 
 

@@ -12,8 +12,10 @@ def test_pairing_ok_and_mismatches(cli, tmp_path):
     rc, out, _ = cli("check", DRAFTER, "--target", GUARDS / "qwen3-8b-base.gguf")
     assert rc == 13 and "pair-target-base" in out
     rc, out, _ = cli("check", DRAFTER, "--target", GUARDS / "gemma-3-1b-it.gguf", "--json")
-    doc = json.loads(out)
+    env = json.loads(out)
+    (doc,) = env["payload"]["files"]
     assert rc == 13 and {f["code"] for f in doc["findings"]} >= {"pair-vocab-mismatch", "pair-mask-token"}
+    assert {f["rule_id"] for f in env["findings"] if f["stage"] == "pairing"} >= {"pair-vocab-mismatch", "pair-mask-token"}
     assert doc["target"] == str(GUARDS / "gemma-3-1b-it.gguf")
 
 
@@ -55,7 +57,7 @@ def test_stale_drafter_for_an_mrope_target(cli, tmp_path):
     mrope = rewrite(QWEN, tmp_path / "qwen35.gguf",
                     set_kv={"qwen3.rope.dimension_sections": ([11, 11, 10, 0], V.ARRAY, V.INT32)})
     rc, out, _ = cli("check", DRAFTER, "--target", mrope, "--json")
-    stale = [f for f in json.loads(out)["findings"] if f["code"] == "pair-mrope-stale"]
+    stale = [f for f in json.loads(out)["payload"]["files"][0]["findings"] if f["code"] == "pair-mrope-stale"]
     assert rc == 13 and len(stale) == 1 and stale[0]["severity"] == "error"
     assert "dflash-gguf retarget FILE --target-gguf TARGET" in stale[0]["message"]
     assert cli("check", DRAFTER, "--target", QWEN)[0] == 0  # the same drafter is fine for a plain target

@@ -24,7 +24,11 @@ def test_every_fixture_is_clean(cli, path):
 
 def test_check_json_schema(cli):
     rc, out, _ = cli("check", SHARD2, "--json")
-    doc = json.loads(out)
+    env = json.loads(out)
+    assert set(env) == {"schema_version", "tool", "tool_version", "command", "exit_code", "verdict", "summary",
+                        "files", "findings", "error", "payload"}
+    assert env["command"] == "check" and env["verdict"] == "pass" and env["files"] == [str(SHARD2)]
+    (doc,) = env["payload"]["files"]
     assert rc == 0 and set(doc) == {"file", "shards", "target", "deep", "exit_code", "summary", "findings"}
     assert doc["shards"] == [str(SHARD1), str(SHARD2)]
     assert doc["summary"] == {"errors": 0, "warnings": 0, "infos": 0, "tensors": 4,

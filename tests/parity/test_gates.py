@@ -45,8 +45,8 @@ def _parity(cli, tmp_path, gguf, *gates):
     rep = tmp_path / "r.json"
     code, so, se = cli("parity", "--target", RUNTIME / "target", "--drafter", RUNTIME / "drafter",
                        "--drafter-gguf", gguf, "--prompts-file", PROMPTS, "--max-new-tokens", 48, "--device", "cpu",
-                       "--json", rep, *gates)
-    return code, json.loads(rep.read_text()), so, se
+                       "--report", rep, *gates)
+    return code, json.loads(rep.read_text()), so, se  # the envelope: the run's report is its payload
 
 
 GATES = ("--max-acceptance-drop", "0.1", "--min-acceptance-length", "4", "--min-top1", "0.9")
@@ -55,27 +55,39 @@ GATES = ("--max-acceptance-drop", "0.1", "--min-acceptance-length", "4", "--min-
 def test_the_good_pair_passes_every_gate(cli, tmp_path):
     code, doc, so, se = _parity(cli, tmp_path, RUNTIME / "drafter.gguf", *GATES)
     assert code == 0, se
-    assert so.strip().splitlines()[-1] == "parity: lossless; 3 of 3 gates passed"
-    assert doc["exit_code"] == 0 and len(doc["gates"]) == 3 and all(g["passed"] for g in doc["gates"])
+    assert so.strip().splitlines()[-1] == doc["summary"] == "parity: PASS: 2 files, 0 errors, 0 warnings"
+    assert doc["payload"]["lossless"] is True
+    assert [x.split(":")[0] for x in se.strip().splitlines()] == [
+        "gate min_acceptance_length passed", "gate max_acceptance_drop passed", "gate min_top1 passed"]
+    gates = doc["payload"]["gates"]
+    assert doc["exit_code"] == 0 and len(gates) == 3 and all(g["passed"] for g in gates)
 
 
 def test_a_wrong_theta_fails_the_drop_gate(cli, tmp_path, wrong_theta):
-    code, doc, _, se = _parity(cli, tmp_path, wrong_theta, *GATES)
-    assert code == EXIT_PARITY_GATE and doc["exit_code"] == EXIT_PARITY_GATE
-    gates = {g["gate"]: g for g in doc["gates"]}
+    code, doc, so, se = _parity(cli, tmp_path, wrong_theta, *GATES)
+    assert code == EXIT_PARITY_GATE and doc["exit_code"] == EXIT_PARITY_GATE and doc["verdict"] == "fail"
+    gates = {g["gate"]: g for g in doc["payload"]["gates"]}
     assert not gates["max_acceptance_drop"]["passed"] and gates["max_acceptance_drop"]["value"] > 0.1
-    assert se.strip().splitlines()[-1] == ("error: 3 of 3 gates failed: min_acceptance_length on wrong-theta.gguf, "
-                                           "max_acceptance_drop on wrong-theta.gguf, min_top1 on wrong-theta.gguf")
+    # the verdict line (stdout, last) says it, with the first failed gate; each gate's note is on stderr
+    assert so.strip().splitlines()[-1] == doc["summary"]
+    assert doc["summary"].startswith("parity: FAIL (exit 31): 2 files, 3 errors, 0 warnings; first: "
+                                     "parity-min_acceptance_length in wrong-theta.gguf")
+    assert [(f["rule_id"], f["file"]) for f in doc["findings"]] == [
+        (f"parity-{g}", str(wrong_theta)) for g in ("min_acceptance_length", "max_acceptance_drop", "min_top1")]
+    assert [x.split(":")[:2] for x in se.strip().splitlines()[-3:]] == [
+        [f"gate {g} FAILED", " wrong-theta.gguf"] for g in ("min_acceptance_length", "max_acceptance_drop", "min_top1")]
+    assert not any(x.startswith("error:") for x in se.splitlines())
     # without gates the same run is a report, not a verdict
     code, doc, _, _ = _parity(cli, tmp_path, wrong_theta)
-    assert code == 0 and doc["gates"] == []
+    assert code == 0 and doc["payload"]["gates"] == []
 
 
 def test_a_failed_run_still_writes_its_json(cli, tmp_path):
     rep = tmp_path / "r.json"
     code, _, se = cli("parity", "--target", RUNTIME / "target", "--drafter", RUNTIME / "drafter",
                       "--drafter-gguf", tmp_path / "missing.gguf", "--prompt-ids", "1,2,3", "--device", "cpu",
-                      "--json", rep)
+                      "--report", rep)
     pytest.importorskip("torch", reason="torch is not installed (the [torch] extra)")
     doc = json.loads(rep.read_text())
-    assert code != 0 and doc["exit_code"] == code and doc["error"]["message"] in se
+    assert code != 0 and doc["exit_code"] == code and doc["verdict"] == "error" and doc["error"]["message"] in se
+    assert [f["rule_id"] for f in doc["findings"]] == [f"parity-{doc['error']['type']}"]

@@ -55,9 +55,9 @@ def test_cuda_path_matches_cpu(cli, tmp_path):
         pytest.skip("no CUDA device")
     rep = tmp_path / "g.json"
     code, _, se = cli("parity", "--target", QWEN, "--drafter", DRAFTERS / "qwen3-flat", "--prompt-ids", PROMPT,
-                      "--max-new-tokens", "20", "--device", "cuda", "--json", rep)
+                      "--max-new-tokens", "20", "--device", "cuda", "--report", rep)
     assert code == 0, se
-    g = json.loads(rep.read_text())
+    g = json.loads(rep.read_text())["payload"]
     c = parity(cli, tmp_path, n=20)[1]
     assert g["device"].startswith("cuda") and g["reference"]["lossless"] is True
     assert g["reference"]["new_ids"] == c["reference"]["new_ids"]
@@ -133,9 +133,9 @@ def test_prompts_on_several_threads_report_what_one_at_a_time_does(cli, tmp_path
             code, so, se = cli("parity", "--target", QWEN, "--drafter", DRAFTERS / "qwen3-flat", "--prompts-file",
                                tmp_path / "p.jsonl", "--drafter-gguf", g, "--max-new-tokens", 16, "--device", "cpu",
                                "--temperature", "0.7", "--seed", "4", "--jobs", jobs, "--target-backend", backend,
-                               "--json", rep)
+                               "--report", rep)
         assert code == 0, se
-        reps[jobs] = json.loads(rep.read_text())
+        reps[jobs] = json.loads(rep.read_text())["payload"]
     assert reps["1"]["settings"]["jobs"] == 1 and reps["3"]["settings"]["jobs"] == 3
     assert [p["prompt_ids"] for p in reps["3"]["prompts"]] == [json.loads(x)["prompt_ids"] for x in lines]
     assert _without_timings(reps["3"]) == _without_timings(reps["1"])

@@ -1,8 +1,9 @@
-"""gate/findings.py: fingerprints are stable (not tied to a directory or a message's numbers) and
+"""gate/report.py: fingerprints are stable (not tied to a directory or a message's numbers) and
 the summary line says what failed where."""
 from __future__ import annotations
 
-from dflash_gguf.gate.findings import GateFinding, GateReport, StageResult
+from dflash_gguf.gate.report import GateReport, StageResult
+from dflash_gguf.verdict.findings import Finding as GateFinding
 
 
 def test_a_fingerprint_ignores_the_directory_and_the_message():
