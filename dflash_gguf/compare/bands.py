@@ -51,6 +51,10 @@ BANDS: dict[str, Band] = {
     "Q4_K": Band(0.14, block_err=0.19),
     "Q4_1": Band(0.15, block_err=0.135),
     "Q4_0": Band(0.22, block_err=0.25),
+    "IQ4_XS": Band(0.17, block_err=0.25),
+    "IQ4_NL": Band(0.17, block_err=0.255),
+    "Q3_K": Band(0.285, block_err=0.46),
+    "Q2_K": Band(0.525, block_err=0.825),
 }
 FALLBACK_BAND = Band(0.25)
 # A file whose error is within this factor of what ggml's own encoding of the same data gives

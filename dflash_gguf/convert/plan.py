@@ -18,7 +18,7 @@ from ..fileio.gguf_writer import tensor_nbytes
 from ..fileio.types import KV
 from ..fileio.safetensors import FLOAT_DTYPES, SourceTensor
 from .family import PlanExtension
-from .outtypes import OUTTYPES
+from .outtypes import OUTTYPES, QUANT_OUTTYPES
 
 if TYPE_CHECKING:
     import numpy as np
@@ -209,7 +209,7 @@ def build_plan(
     routes = route_tensors(cfg, fmt, inventory, target_hidden=th, extra_sources=extra_sources)
     _validate(cfg, routes, th, where)
 
-    quant = outtype in ("q8_0", "q4_k_m")
+    quant = outtype in QUANT_OUTTYPES
     tensor_plans = _choose_types(fmt, routes, "auto" if quant else outtype)
     tensor_plans = [replace(p, transform=transform_of(cfg, n, mask_row), reason=_reason(p, cfg, n, mask_row, routes))
                     for p, n in zip(tensor_plans, routes.written)]

@@ -15,7 +15,7 @@ from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 
 from ..errors import QuantizationError
 from ..fileio.bf16 import bf16_to_f32
-from . import floats, legacy, q4_k, q6_k, q8_0  # noqa: F401  (importing registers the types)
+from . import floats, iq4, legacy, q2_k, q3_k, q4_k, q6_k, q8_0  # noqa: F401  (importing registers the types)
 from .base import default_threads, quantize_array, registered
 
 __all__ = [

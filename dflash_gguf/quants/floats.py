@@ -12,7 +12,9 @@ class F32(BlockQuant, qtype=GGMLQuantizationType.F32):
 
     @classmethod
     def quantize_blocks(cls, blocks: np.ndarray) -> np.ndarray:
-        return np.ascontiguousarray(blocks, dtype="<f4").view(np.uint8)
+        # a copy: the input may be a reused scratch buffer (quants/rows.py) that the next task
+        # overwrites before these bytes are written
+        return np.array(blocks, dtype="<f4", order="C", copy=True).view(np.uint8)
 
 
 class F16(BlockQuant, qtype=GGMLQuantizationType.F16):

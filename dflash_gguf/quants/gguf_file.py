@@ -30,6 +30,7 @@ from ..fileio.gguf_writer import TensorOut, WriteReport, write_gguf
 from ..fileio.outputs import check_output
 from ..fileio.types import KV, TensorInfo
 from . import workers
+from .ftypes import Overrides
 from .layout import QuantEntry, requantize_layout
 from .rows import quantize_rows
 from .scratch import Scratch
@@ -67,11 +68,13 @@ def quantize_gguf(
     dry_run: bool = False,
     progress: Callable[[int], None] | None = None,
     threads: int | None = None,
+    overrides: Overrides | None = None,
 ) -> QuantizeResult:
     """Quantize a GGUF (any architecture; F32/F16/BF16 tensors) like llama-quantize does.
 
     ``threads``: worker threads (default: the CPUs this process may use); the bytes are the
-    same for any count.
+    same for any count. ``overrides``: llama-quantize's --tensor-type, --output-tensor-type,
+    --token-embedding-type, --pure, --leave-output-tensor.
 
     Raises:
         UsageError: ``threads`` < 1, no output path, or the output is the input.
@@ -80,7 +83,7 @@ def quantize_gguf(
         raise UsageError(f"--threads must be at least 1 (got {threads})")
     f = read_gguf(src)
     kvs, entries = requantize_layout(list(f.kvs.values()), [(t.name, t.shape, t.ggml_type) for t in f.tensors],
-                                     ftype, allow_requantize=allow_requantize, where=str(src))
+                                     ftype, allow_requantize=allow_requantize, where=str(src), overrides=overrides)
     if dry_run:
         return QuantizeResult(ftype, kvs, entries, None)
     if out is None:

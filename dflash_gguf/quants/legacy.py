@@ -2,6 +2,8 @@
 
 Mirrors quantize_row_q4_0_ref / q5_0 / q4_1 / q5_1. They multiply by the reciprocal
 ``id = d ? 1/d : 0`` (unlike the K-quants, which divide) and truncate with a C cast.
+Each class names its compiled kernel (``numba_kernel``, quants/_numba/legacy.py: the same
+bytes, faster), which runs instead of ``quantize_blocks`` while numba is enabled.
 """
 from __future__ import annotations
 
@@ -48,6 +50,8 @@ def _pack_qh(q: np.ndarray) -> np.ndarray:
 
 
 class Q4_0(BlockQuant, qtype=GGMLQuantizationType.Q4_0):
+    numba_kernel = "q4_0"
+
     @classmethod
     def quantize_blocks(cls, blocks: np.ndarray) -> np.ndarray:
         d = _signed_absmax(blocks) / F32(-8)
@@ -57,6 +61,8 @@ class Q4_0(BlockQuant, qtype=GGMLQuantizationType.Q4_0):
 
 
 class Q5_0(BlockQuant, qtype=GGMLQuantizationType.Q5_0):
+    numba_kernel = "q5_0"
+
     @classmethod
     def quantize_blocks(cls, blocks: np.ndarray) -> np.ndarray:
         d = _signed_absmax(blocks) / F32(-16)
@@ -66,6 +72,8 @@ class Q5_0(BlockQuant, qtype=GGMLQuantizationType.Q5_0):
 
 
 class Q4_1(BlockQuant, qtype=GGMLQuantizationType.Q4_1):
+    numba_kernel = "q4_1"
+
     @classmethod
     def quantize_blocks(cls, blocks: np.ndarray) -> np.ndarray:
         mn, mx = _first_min_max(blocks)
@@ -76,6 +84,8 @@ class Q4_1(BlockQuant, qtype=GGMLQuantizationType.Q4_1):
 
 
 class Q5_1(BlockQuant, qtype=GGMLQuantizationType.Q5_1):
+    numba_kernel = "q5_1"
+
     @classmethod
     def quantize_blocks(cls, blocks: np.ndarray) -> np.ndarray:
         mn, mx = _first_min_max(blocks)

@@ -72,11 +72,24 @@ def _sq_error_inplace(t: np.ndarray, x: np.ndarray, w: np.ndarray, scale: np.nda
     return seq_sum(t, nonneg=True)
 
 
+def _mad_error_inplace(t: np.ndarray, x: np.ndarray, w: np.ndarray, scale: np.ndarray, mn: np.ndarray) -> np.ndarray:
+    # use_mad: diff = fabsf(scale*L[i] + min - x[i]); err += w*diff, from 0. Overwrites t (= L).
+    # Every term is >= +0 (a weight times an absolute value), so the zero-sign conventions agree.
+    np.multiply(t, scale, out=t)
+    np.add(t, mn, out=t)
+    np.subtract(t, x, out=t)
+    np.abs(t, out=t)
+    np.multiply(t, w, out=t)
+    return seq_sum(t, nonneg=True)
+
+
 def make_qkx2_quants(
-    x: np.ndarray, w: np.ndarray, nmax: int, rmin: float, rdelta: float, nstep: int
+    x: np.ndarray, w: np.ndarray, nmax: int, rmin: float, rdelta: float, nstep: int, use_mad: bool = False
 ) -> Qkx2Fit:
-    """make_qkx2_quants(n, nmax, x, w, L, &the_min, Laux, rmin, rdelta, nstep, use_mad=false),
-    for every sub-block (column) of the position-major ``x``, ``w`` at once."""
+    """make_qkx2_quants(n, nmax, x, w, L, &the_min, Laux, rmin, rdelta, nstep, use_mad), for every
+    sub-block (column) of the position-major ``x``, ``w`` at once. ``use_mad``: the trials'
+    error is the absolute one (Q2_K), not the squared one (Q4_K, Q5_K)."""
+    err = _mad_error_inplace if use_mad else _sq_error_inplace
     xmin = x.min(axis=0)
     mx = x.max(axis=0)
     sum_w = seq_sum(w, from_zero=False)  # sum_w = w[0]; sum_w += w[i]
@@ -84,7 +97,7 @@ def make_qkx2_quants(
     mn = np.where(xmin > 0, F32(0), xmin)  # if (min > 0) min = 0
     flat = mx == mn  # all L = 0, scale 0
     if not flat.any():
-        return Qkx2Fit(*_qkx2_trials(x, w, xmin, mx, mn, sum_w, sum_x, nmax, rmin, rdelta, nstep), flat)
+        return Qkx2Fit(*_qkx2_trials(x, w, xmin, mx, mn, sum_w, sum_x, nmax, rmin, rdelta, nstep, err), flat)
     # Constant columns (e.g. all-zero rows) leave the trial loop, which then never divides by 0.
     live = np.flatnonzero(~flat)
     scale = np.zeros_like(mx)
@@ -94,7 +107,7 @@ def make_qkx2_quants(
     if live.size:
         fit = _qkx2_trials(
             np.ascontiguousarray(x[:, live]), np.ascontiguousarray(w[:, live]), xmin[live], mx[live], mn[live],
-            sum_w[live], sum_x[live], nmax, rmin, rdelta, nstep,
+            sum_w[live], sum_x[live], nmax, rmin, rdelta, nstep, err,
         )
         scale[live], the_min[live], l_iscale[live], l_min[live] = fit
     return Qkx2Fit(scale, the_min, l_iscale, l_min, flat)
@@ -106,7 +119,7 @@ def _trial_numerators(nmax: int, rmin: float, rdelta: float, nstep: int) -> list
     return [(rmin_f + rdelta_f * F32(step)) + nmax_f for step in range(nstep + 1)]
 
 
-def _qkx2_trials(x, w, xmin, mx, mn, sum_w, sum_x, nmax, rmin, rdelta, nstep):
+def _qkx2_trials(x, w, xmin, mx, mn, sum_w, sum_x, nmax, rmin, rdelta, nstep, err=_sq_error_inplace):
     nmax_f = F32(nmax)
     t = np.empty_like(x)  # L, then the error terms
     p = np.empty_like(x)  # products
@@ -115,7 +128,7 @@ def _qkx2_trials(x, w, xmin, mx, mn, sum_w, sum_x, nmax, rmin, rdelta, nstep):
     iscale = nmax_f / rng
     scale = F32(1) / iscale
     _levels_into(t, x, mn, iscale, rng, xmin, nmax, nmax_f)
-    best = _sq_error_inplace(t, x, w, scale, mn)
+    best = err(t, x, w, scale, mn)
     # What regenerates the accepted L: per trial its iscale and min, and per column the last
     # accepted trial (0: the initial L). Cheaper than selecting three arrays every trial.
     hist_iscale = [iscale]
@@ -145,7 +158,7 @@ def _qkx2_trials(x, w, xmin, mx, mn, sum_w, sum_x, nmax, rmin, rdelta, nstep):
         if pos.any():  # if (this_min > 0) { this_min = 0; this_scale = sum_xl/sum_l2; }
             this_min = np.where(pos, F32(0), this_min)
             this_scale = np.where(pos, sum_xl / sum_l2, this_scale)
-        cur = _sq_error_inplace(t, x, w, this_scale, this_min)
+        cur = err(t, x, w, this_scale, this_min)
         acc = cur < best
         acc &= D > 0
         np.putmask(best, acc, cur)

@@ -1,9 +1,11 @@
-"""Shared by the quantizer tests: run a test on the numpy path or the numba kernels."""
+"""Shared by the quantizer tests: run a test on the numpy path or the numba kernels; the tiny
+models of every drafter family and target shape that the llama-quantize comparisons run on."""
 from __future__ import annotations
 
 import pytest
 
 from dflash_gguf.quants import _numba
+from tests.quants.test_policy_live import models  # noqa: F401  (a fixture: test_policy_live, test_file_types)
 
 
 @pytest.fixture

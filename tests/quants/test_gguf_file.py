@@ -107,8 +107,10 @@ def test_requantize_refused_unless_allowed(cli, tmp_path):
 
 def test_unknown_type_and_nan_refused(cli, tmp_path):
     src = convert(cli, tmp_path, "qwen3-flat", "lucebox", outtype="f32")
-    code, _, se = cli("quantize", src, tmp_path / "x.gguf", "q5_k_m")
-    assert code == 8 and "Q4_K_M" in se
+    code, _, se = cli("quantize", src, tmp_path / "x.gguf", "q9_k")  # not a llama-quantize type: usage
+    assert code == 2 and "unsupported file type 'q9_k'" in se and "Q4_K_M" in se
+    code, _, se = cli("quantize", src, tmp_path / "x.gguf", "iq2_xxs")  # one it refuses without an imatrix
+    assert code == 8 and "requires an importance matrix" in se and not (tmp_path / "x.gguf").exists()
     # plant a NaN in one F32 weight
 
     def plant_nan(a):

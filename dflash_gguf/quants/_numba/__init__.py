@@ -1,4 +1,5 @@
-"""Compiled kernels (numba) for Q8_0, Q4_K, Q5_K and Q6_K: the numpy path's bytes, faster.
+"""Compiled kernels (numba) for Q8_0, Q4_0, Q5_0, Q4_1, Q5_1, Q4_K, Q5_K and Q6_K: the numpy
+path's bytes, faster.
 
 numba is a dependency; the kernels are used whenever it imports. ``DFLASH_GGUF_NUMBA=0`` (or
 :func:`set_enabled`) forces the numpy path, which is also what runs where numba cannot be
@@ -25,7 +26,8 @@ ENV_VAR = "DFLASH_GGUF_NUMBA"
 # Q4_K's fit; ``bf16_to_f32`` decodes a GGUF's BF16 input (quants/gguf_file.py).
 # ``*_values``: the same kernel also writing the values its bytes dequantize to (a compare's y).
 _MODULES = {"q8_0": "q8_0", "q4_k": "q4_k", "q5_k": "q4_k", "q6_k": "q6_k", "bf16_to_f32": "decode",
-            "q4_k_values": "q4_k", "q5_k_values": "q4_k", "q6_k_values": "q6_k"}
+            "q4_k_values": "q4_k", "q5_k_values": "q4_k", "q6_k_values": "q6_k",
+            "q4_0": "legacy", "q5_0": "legacy", "q4_1": "legacy", "q5_1": "legacy"}
 
 _available: bool | None = None  # None: numba not tried yet
 
