@@ -45,13 +45,20 @@ def worst(codes: list[int], order: tuple[int, ...]) -> int:
     return unread[0] if unread else min(bad, key=order.index)
 
 
+def _conclude(env: Envelope, code: int) -> None:
+    """The exit code and verdict line; when no file could be judged at all, there is no verdict
+    but the (last) error."""
+    files = env.payload["files"]
+    if files and all("error" in d for d in files):
+        env.error = files[-1]["error"]
+    env.conclude(code)
+
+
 def _unreadable(env: Envelope, stage: str, path: Path, exc: DflashError, o: Output) -> int:
     """A file that cannot be read: its finding, its error line (stderr), its code."""
     from ..verdict import sources
 
     env.findings.append(sources.failure(stage, path, exc))
-    if all(d.get("error") for d in env.payload["files"]) and len(env.payload["files"]) + 1 == len(env.files):
-        env.error = {"type": type(exc).__name__, "message": str(exc)}  # no file could be judged: no verdict
     env.payload["files"].append({"file": str(path), "exit_code": exc.exit_code,
                                  "error": {"type": type(exc).__name__, "message": str(exc)}})
     error_line(exc)
@@ -105,7 +112,7 @@ def check_instruct_cmd(
         env.findings += sources.instruct_findings(path, v, unknown=INFO if allow_unknown else ERROR)
         env.payload["files"].append(_instruct_json(path, shards.paths, v, code))
         shown.append((path, v, code))
-    env.conclude(worst(codes, (EXIT_BASE, EXIT_UNKNOWN)))
+    _conclude(env, worst(codes, (EXIT_BASE, EXIT_UNKNOWN)))
     o.emit(env, lambda: [_render_instruct(*s) for s in shown])
     raise typer.Exit(env.exit_code)
 
@@ -184,7 +191,7 @@ def check_cmd(
         env.findings += sources.check_findings(r)
         env.payload["files"].append(_report_json(r, code))
         reports.append(r)
-    env.conclude(worst(codes, (EXIT_FINDINGS, EXIT_PAIRING)))
+    _conclude(env, worst(codes, (EXIT_FINDINGS, EXIT_PAIRING)))
     o.emit(env, lambda: [_render_report(r) for r in reports])
     raise typer.Exit(env.exit_code)
 

@@ -81,9 +81,8 @@ def parity_cmd(
                          target_quant=None if target_quant is None else target_quant.lower(), emulate=emulate,
                          draft_context=draft_context, target_backend=target_backend, jobs=jobs)
     o = Output(fmt, json_out, report_to, (target, drafter, *(drafter_gguf or []), prompts_file, dump))
-    active = tuple(k for k, v in vars(gates).items() if v is not None)
     env = Envelope("parity", 0, [], tuple(str(p) for p in (drafter, *(drafter_gguf or []))),
-                   coverage=tuple(Coverage(str(p), "parity", rules_of("parity", gates=active))
+                   coverage=tuple(Coverage(str(p), "parity", rules_of("parity", gates=gates.active))
                                   for p in (drafter_gguf or [drafter])))
     try:
         require_torch()  # before the prompts are tokenized: the run needs it

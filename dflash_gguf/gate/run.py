@@ -184,8 +184,8 @@ def _parity_stage(inputs: GateInputs, policy: Policy) -> StageResult:
 
     gates = Gates(**{k: policy.thresholds.get(k) for k in ("min_acceptance_length", "max_acceptance_drop",
                                                           "min_top1")})
-    active = tuple(k for k, v in vars(gates).items() if v is not None)
-    stage.coverage += [Coverage(str(p), stage.name, rules_of(stage.name, gates=active)) for p in inputs.drafter_ggufs]
+    rules = rules_of(stage.name, gates=gates.active)
+    stage.coverage += [Coverage(str(p), stage.name, rules) for p in inputs.drafter_ggufs]
     try:
         report = run_parity(inputs.target, inputs.drafter, [list(p) for p in inputs.prompts],
                             drafter_ggufs=list(inputs.drafter_ggufs),

@@ -36,6 +36,11 @@ class Gates:
             if v is not None and not (math.isfinite(v) and lo <= v <= hi):
                 raise UsageError(f"{flag} {v}: expected a number in [{lo:g}, {hi:g}]")
 
+    @property
+    def active(self) -> tuple[str, ...]:
+        """The gates that are set, by name ("min_top1", …)."""
+        return tuple(k for k, v in vars(self).items() if v is not None)
+
 
 @dataclass(frozen=True)
 class GateResult:

@@ -17,3 +17,16 @@ def backend(request):
     prev = _numba.set_enabled(use_numba)
     yield request.param
     _numba.set_enabled(prev)
+
+
+@pytest.fixture(scope="module")
+def golden():
+    """The golden bytes of ggml's own C quantizer (../shared/golden), every case and type."""
+    import numpy as np
+
+    from tests.quants.test_quants import GOLDEN
+
+    if not GOLDEN.is_file():
+        pytest.skip(f"golden file {GOLDEN} not found (it lives in the shared/ checkout next to the repo)")
+    with np.load(GOLDEN) as z:
+        return {k: z[k] for k in z.files}

@@ -42,14 +42,6 @@ def with_backends(types) -> list:
     ]
 
 
-@pytest.fixture(scope="module")
-def golden():
-    if not GOLDEN.is_file():
-        pytest.skip(f"golden file {GOLDEN} not found (it lives in the shared/ checkout next to the repo)")
-    with np.load(GOLDEN) as z:
-        return {k: z[k] for k in z.files}
-
-
 def describe_mismatch(x: np.ndarray, got: np.ndarray, want: np.ndarray, qtype: str) -> str:
     """gguf-py's compare_tensors idea: how many blocks differ, and the first and worst of them
     shown with their input values, so a failure points at the rounding that broke."""

@@ -94,6 +94,12 @@ def _put16(y, at, h):
 
 
 @jit
+def _put32(y, at, v):
+    for k in range(4):  # memcpy(&y[i].qh, &qh, 4): little-endian
+        y[at + k] = (v >> (8 * k)) & 0xFF
+
+
+@jit
 def q4_0(blocks):
     """quantize_row_q4_0_ref: (nb, 32) float32 C-contiguous -> (nb, 18) uint8."""
     nb = blocks.shape[0]
@@ -138,8 +144,7 @@ def q5_0(blocks):
                 xi1 = _min_int8(31, xb[16 + j] * inv + _F32_16_5)
                 y[6 + j] = (xi0 & 0x0F) | ((xi1 & 0x0F) << 4)
                 qh |= (((xi0 & 0x10) >> 4) << j) | (((xi1 & 0x10) >> 4) << (j + 16))
-            for k in range(4):  # memcpy(&y[i].qh, &qh, 4): little-endian
-                y[2 + k] = (qh >> (8 * k)) & 0xFF
+            _put32(y, 2, qh)
     return out
 
 
@@ -192,6 +197,5 @@ def q5_1(blocks):
                 xi1 = _low_byte((xb[16 + j] - mn) * inv + _F32_HALF)
                 y[8 + j] = (xi0 & 0x0F) | ((xi1 & 0x0F) << 4)
                 qh |= (((xi0 & 0x10) >> 4) << j) | (((xi1 & 0x10) >> 4) << (j + 16))
-            for k in range(4):
-                y[4 + k] = (qh >> (8 * k)) & 0xFF
+            _put32(y, 4, qh)
     return out

@@ -14,7 +14,7 @@ from dflash_gguf.quants._numba import legacy  # noqa: E402
 from dflash_gguf.quants.base import trunc_to_int8_bits  # noqa: E402
 from dflash_gguf.quants.legacy import Q4_0, Q4_1, Q5_0, Q5_1  # noqa: E402
 
-from ..test_quants import CASES, GOLDEN, _ggml_base, describe_mismatch  # noqa: E402
+from ..test_quants import CASES, _ggml_base, describe_mismatch  # noqa: E402
 from .fresh import backends_agree  # noqa: E402
 
 F32 = np.float32
@@ -126,14 +126,6 @@ def test_group_tails(name, nb):
     assert got.shape == (nb, CLASSES[name].type_size)
     if nb:
         assert np.array_equal(got, _numpy(name, x))
-
-
-@pytest.fixture(scope="module")
-def golden():
-    if not GOLDEN.is_file():
-        pytest.skip(f"golden file {GOLDEN} not found (it lives in the shared/ checkout next to the repo)")
-    with np.load(GOLDEN) as z:
-        return {k: z[k] for k in z.files}
 
 
 @pytest.mark.parametrize("name", TYPES)
