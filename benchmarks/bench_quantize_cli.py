@@ -2,27 +2,28 @@
 """Whole-process `quantize` against llama.cpp's own quantizer, same file, same thread count.
 
 The numbers that count: wall clock, CPU and peak RSS of a *whole process* that
-reads a bf16 drafter GGUF and writes the Q4_K_M / Q8_0 GGUF, not kernel-only throughput
+reads a bf16 drafter GGUF and writes one llama-quantize file type, not kernel-only throughput
 (benchmarks/bench_quantize.py measures the kernels).
 
 Input: a synthetic drafter at Qwen3-8B-DFlash shape (hidden 4096, 5 layers, intermediate 12288,
-32 q heads x 128, 8 kv heads, fc 5*4096 -> 4096, norms; random bf16 weights), written once as
+32 q heads x 128, 8 kv heads, fc 5*4096 -> 4096, norms: 1.05 G values; random bf16 weights), written once as
 safetensors + config.json and converted with our own ``convert`` (mainline llama.cpp format,
 tokenizer from a hidden-4096 copy of fixtures/targets/llama-tiny.gguf). Cached under --work
 (default: $TMPDIR/dflash-bench-quantize) keyed by size.
 
 Jobs, each a fresh process, run alternately (ours, reference, ours, ...) --repeat times:
-  * ours:      python -m dflash_gguf quantize IN OUT q4_k_m|q8_0 --threads N   (numba, and numpy
+  * ours:      python -m dflash_gguf quantize IN OUT TYPE --threads N   (numba, and numpy
                with DFLASH_GGUF_NUMBA=0)
-  * reference: llama_model_quantize through llama-cpp-python in a fresh python (ftype 15 / 7,
-               nthread N), or a llama-quantize binary (--llama-quantize PATH, or found on PATH)
+  * reference: a llama-quantize binary (--llama-quantize PATH; default `make runtime`'s build, else
+               PATH), or llama_model_quantize through llama-cpp-python in a fresh python (nthread N)
 for N = 2 and N = all cores (one row if they are equal). Wall is time.perf_counter around the
 child, CPU from the child's own rusage (os.wait4; its worker processes included), peak RSS the
 larger of rusage's and the sum over the child's process tree sampled every 20 ms (the numpy path
 quantizes in worker processes). Outputs are compared byte for byte with the reference's (llama_model_quantize writes exactly our KVs: general.file_type and
 general.quantization_version last, see tests/quants/test_gguf_file.py).
 
-    python benchmarks/bench_quantize_cli.py                 # full size (470 M values, ~0.94 GB bf16)
+    python benchmarks/bench_quantize_cli.py                 # full size, Q4_K_M and Q8_0
+    python benchmarks/bench_quantize_cli.py --ftypes all --backends numba --repeat 2   # every file type
     python benchmarks/bench_quantize_cli.py --scale 0.2     # 1 layer, smaller ffn, quick
     python benchmarks/bench_quantize_cli.py --backends numba --ftypes q4_k_m --repeat 3
     python benchmarks/bench_quantize_cli.py --isa avx2      # our AVX2 code paths on an AVX-512 machine
@@ -54,7 +55,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 from _models import qwen3_dflash_config, qwen3_dflash_tensors, write_bf16_safetensors  # noqa: E402
 
-FTYPE_IDS = {"q4_k_m": 15, "q8_0": 7}
+from dflash_gguf.quants.ftypes import FTYPE_IDS as _LLAMA_FTYPES  # noqa: E402
+
+FTYPE_IDS = {name.lower(): n for name, n in _LLAMA_FTYPES.items()}  # llama-quantize's names and numbers
 # --isa avx2: numpy's dispatch groups above AVX2 (numpy >= 2.3 names; older names are ignored)
 NUMPY_ABOVE_AVX2 = "X86_V4 AVX512_ICL AVX512_SPR AVX512F AVX512CD AVX512_SKX AVX512_CLX AVX512_CNL"
 
@@ -120,12 +123,11 @@ def target_gguf(path: Path, hidden: int) -> None:
 WARM_NUMBA = r'''
 import numpy as np
 from dflash_gguf.quants import _numba
-for name, bs in (("q8_0", 32), ("q4_k", 256), ("q5_k", 256), ("q6_k", 256)):
-    _numba.kernel(name)(np.zeros((1, bs), np.float32))
-try:
-    _numba.kernel("bf16_to_f32")(np.zeros(1, np.uint16), np.zeros(1, np.uint32))
-except KeyError:  # a checkout before the BF16 decode kernel
-    pass
+from dflash_gguf.quants.base import registered
+for cls in registered().values():
+    if cls.numba_kernel:
+        _numba.run(_numba.kernel(cls.numba_kernel), np.zeros((1, cls.block_size), np.float32))
+_numba.kernel("bf16_to_f32")(np.zeros(1, np.uint16), np.zeros(1, np.uint32))
 '''
 
 MAKE_INPUT = r'''
@@ -251,7 +253,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--scale", type=float, default=1.0, help="model size: 1.0 = Qwen3-8B-DFlash shape (default)")
     ap.add_argument("--repeat", type=int, default=3, help="runs of every job, alternated (default 3)")
-    ap.add_argument("--ftypes", default="q4_k_m,q8_0")
+    ap.add_argument("--ftypes", default="q4_k_m,q8_0", help="comma list of llama-quantize file types, or all")
     ap.add_argument("--backends", default="numba,numpy", help="ours: comma list of numba, numpy")
     ap.add_argument("--threads", default=None, help="comma list of thread counts (default: 2 and all cores)")
     ap.add_argument("--llama-quantize", default=_native_quantize(),
@@ -273,6 +275,8 @@ def main() -> None:
         all_cores = os.cpu_count() or 1
     threads = sorted({int(n) for n in args.threads.split(",")} if args.threads else {min(2, all_cores), all_cores})
     ftypes = [f.strip().lower() for f in args.ftypes.split(",") if f.strip()]
+    if ftypes == ["all"]:
+        ftypes = list(FTYPE_IDS)
     backends = [b.strip() for b in args.backends.split(",") if b.strip()]
     assert set(ftypes) <= set(FTYPE_IDS) and set(backends) <= {"numba", "numpy"}, (ftypes, backends)
     args.work.mkdir(parents=True, exist_ok=True)

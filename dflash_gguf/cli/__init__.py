@@ -33,6 +33,7 @@ COMMANDS = {
     "retarget": ("retarget",),
     "inspect": ("inspect",),
     "quantize": ("quantize",),
+    "kernels": ("kernels",),
     "checks": ("check-instruct", "check"),
     "compare": ("compare-weights",),
     "parity": ("parity",),

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
-from ..convert.outtypes import OUTTYPES
+from ..convert.outtypes import OUTTYPES, QUANT_OUTTYPES
 from ._app import app
 from ._common import byte_progress, esc, note_stale, out, print_json, warn
 from ._options import DryRunOpt, ForceOpt, FormatOpt, JsonOpt, OutfileOpt
@@ -48,6 +48,11 @@ def convert_cmd(
         return
     if output is None:
         raise typer.BadParameter("missing -o OUT.gguf (or pass --dry-run)", param_hint="-o")
+    if conv.plan.outtype in QUANT_OUTTYPES:  # a float outtype runs no kernel (and imports no numpy)
+        from ._kernels import compile_pending
+
+        # a checkpoint's BF16 is decoded by safetensors/numpy, not the GGUF reader's kernel
+        compile_pending({t.ggml_type for t in conv.plan.tensors}, bf16_input=False)
     with byte_progress(conv.plan.total_bytes, f"converting → {output.name}", enabled=not json_out) as advance:
         result = write_conversion(conv, output, force=force, progress=advance)
     note_stale(result.written)
