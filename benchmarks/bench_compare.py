@@ -115,6 +115,7 @@ def measure_bands(rows: int, cols: int, seed: int) -> None:
     weight-like data; the default bands are 1.5x / 2x the worst of these (docs/compare-weights.md)."""
     import numpy as np
 
+    from dflash_gguf.compare import BANDS
     from dflash_gguf.quants import dequantize, quantize, block_size
 
     rng = np.random.default_rng(seed)
@@ -133,7 +134,7 @@ def measure_bands(rows: int, cols: int, seed: int) -> None:
 
     sets = [(n, ((x.view(np.uint32) + 0x8000) >> 16 << 16).astype(np.uint32).view(np.float32)) for n, x in data()]
     print(f"{'type':6} {'distribution':18} {'rel RMS':>9} {'block err':>9}")
-    for qt in ("Q8_0", "Q6_K", "Q5_K", "Q5_1", "Q5_0", "Q4_K", "Q4_1", "Q4_0", "IQ4_XS", "IQ4_NL", "Q3_K", "Q2_K"):
+    for qt in [n for n, b in BANDS.items() if b.block_err is not None]:  # the quantized types BANDS holds
         worst_rel = worst_blk = 0.0
         bs = block_size(qt)
         for name, x in sets:  # bf16-rounded, like real checkpoints

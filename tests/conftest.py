@@ -93,6 +93,29 @@ def dspark(tmp_path_factory):
     return {"dirs": dirs, "gguf": ggufs, "target": target}
 
 
+RUNTIME = FIXTURES / "runtime"
+
+
+@pytest.fixture(scope="session")
+def quantized_drafter(tmp_path_factory):
+    """ftype -> the trained drafter of fixtures/runtime (drafter.gguf: BF16 matrices, F32 norms;
+    its checkpoint is drafter/) quantized to that llama-quantize file type by our library, once
+    per session. Its 64- and 256-wide matrices take every block type between them: K-quants
+    where ne0 is 256, the legacy and IQ4_NL fallbacks elsewhere."""
+    from dflash_gguf.quants.gguf_file import quantize_gguf
+
+    root = tmp_path_factory.mktemp("quantized")
+    cache: dict[str, Path] = {}
+
+    def get(ftype: str) -> Path:
+        if ftype not in cache:
+            cache[ftype] = root / f"drafter-{ftype}.gguf"
+            quantize_gguf(RUNTIME / "drafter.gguf", cache[ftype], ftype, threads=2)
+        return cache[ftype]
+
+    return get
+
+
 def rewrite_gguf(src, dst, *, values=None, drop=(), rename=None, data=None, alignment=None, add=None, retype=None,
                  drop_tensors=()):
     """Copy a GGUF key by key and tensor by tensor with gguf-py, changing only what is asked:

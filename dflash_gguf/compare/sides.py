@@ -123,9 +123,10 @@ def neox_side(side: Side, head_dim: int) -> Side:
 
 
 def dequantize_rows(raw: np.ndarray, t: Q, rows: int, cols: int, out: np.ndarray | None = None) -> np.ndarray:
-    """Bytes of ``rows`` rows -> float32 (rows, cols), with ggml's float operations (checked bit
-    for bit against gguf-py in tests/compare/test_sides.py); in ``out`` (float32, at least
-    rows x cols) where the type's path can write there."""
+    """Bytes of ``rows`` rows -> float32 (rows, cols), with ggml's float operations (every type
+    ``quantize`` writes is checked bit for bit against ggml's own to_float in
+    tests/compare/test_sides.py); in ``out`` (float32, at least rows x cols) where the type's
+    path can write there."""
     from .kernels import dequantize as fast
 
     y = fast(raw, t, rows, cols, out)  # Q8_0 / Q4_K / Q6_K kernels, F16 by table (same bits)
@@ -145,7 +146,7 @@ def dequantize_rows(raw: np.ndarray, t: Q, rows: int, cols: int, out: np.ndarray
 
     if t in QUANTIZE_TYPES:
         return dequantize(raw, t, (rows, cols))
-    import gguf  # types we cannot write may still be read (Q2_K, IQ*: whatever gguf-py decodes)
+    import gguf  # types we cannot write may still be read (IQ2/IQ3, TQ*, MXFP4: whatever gguf-py decodes)
 
     try:
         return np.asarray(gguf.dequantize(raw.reshape(rows, -1), t), dtype=np.float32).reshape(rows, cols)

@@ -26,6 +26,18 @@ SUMMARY = re.compile(r"^(\d+) tensors: (\d+) bit-identical, (\d+) within toleran
                      r"(\d+) missing(, (\d+) extra)?(; \d+ constants (match|: \d+ differ))?$")
 
 
+@pytest.fixture(params=[True, False], ids=["numba", "numpy"])
+def numba_mode(request):
+    """The numba kernels or the NumPy path (True / False), restored after."""
+    from dflash_gguf.quants import _numba
+
+    if request.param and not _numba.AVAILABLE:
+        pytest.skip("numba is not installed")
+    prev = _numba.set_enabled(request.param)
+    yield request.param
+    _numba.set_enabled(prev)
+
+
 @pytest.fixture(scope="session")
 def converted(tmp_path_factory):
     """(drafter, format, outtype) -> path of a GGUF converted by our library (cached per session)."""

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from gguf import GGUFReader
+from gguf import GGML_QUANT_SIZES, GGUFReader
 
 from dflash_gguf.compare import BANDS, compare_ggufs, compare_weights
 from dflash_gguf.formats import FORMATS
+from dflash_gguf.quants import QUANTIZE_TYPES
+from dflash_gguf.quants.ftypes import FTYPE_IDS
+from dflash_gguf.quants.gguf_file import quantize_gguf
 
 from tests.compare.conftest import OUTTYPES, SUMMARY, TARGET, by_name, failing, rewrite, tensor_bytes
-from tests.conftest import DRAFTERS
+from tests.conftest import DRAFTERS, RUNTIME
 
 
 CASES = [(d, f, o) for d in TARGET for f in FORMATS for o in OUTTYPES
@@ -139,3 +142,59 @@ def test_pairs_come_from_the_conversion_plan(converted, tmp_path):
     row = next(t for t in r.tensors if t.name == "layers.0.mystery.weight")
     assert row.status == "missing" and row.detail == "no llama.cpp GGUF name for this tensor"
     assert not r.passed
+
+
+# --- every file type quantize writes, on the trained drafter of fixtures/runtime ------------------
+FILE_TYPES = list(FTYPE_IDS)
+FLOATS = ("F32", "F16", "BF16")
+
+
+def test_the_file_types_take_every_block_type_quantize_writes():
+    """What the next test covers: between them, the file types of the runtime drafter hold every
+    ggml type quantize can write."""
+    seen = set()
+    for ftype in FILE_TYPES:
+        seen |= {e.ggml_type for e in quantize_gguf(RUNTIME / "drafter.gguf", None, ftype, dry_run=True).tensors}
+    assert seen == set(QUANTIZE_TYPES)
+
+
+def _swap_end_blocks(victims: dict):
+    """A ``rewrite`` edit: in the first 2-D tensor of each ggml type, the first and last block
+    (value, for the float types) trade places; ``victims`` collects type -> tensor name."""
+    def edit(name, typ, shape, data):
+        if len(shape) == 2 and typ.name not in victims:
+            victims[typ.name] = name
+            ts = GGML_QUANT_SIZES[typ][1]
+            data[:ts], data[-ts:] = data[-ts:].copy(), data[:ts].copy()
+        return [(name, typ, shape, data)]
+
+    return edit
+
+
+@pytest.mark.parametrize("ftype", FILE_TYPES)
+def test_every_quantize_file_type_compares_back_and_damage_fails(quantized_drafter, tmp_path, ftype):
+    path = quantized_drafter(ftype)
+    ckpt = compare_weights(RUNTIME / "drafter", path)
+    for r in (ckpt, compare_ggufs(RUNTIME / "drafter.gguf", path)):
+        # the reference holds the values exactly and our quantizer is ggml's: every tensor is ggml's encoding
+        assert r.passed and r.counts["bit-identical"] == len(r.tensors), failing(r)
+    worst: dict[str, float] = {}
+    for t in ckpt.tensors:
+        assert (t.limit, t.limit_source) == (BANDS[t.type].rel_rms, "band"), t.name  # a band of its own, used
+        assert t.rel_rms <= t.limit
+        if t.type not in FLOATS:
+            assert t.rel_rms > 0 and t.expected_rel_rms == pytest.approx(t.rel_rms)
+            worst[t.type] = max(worst.get(t.type, 0.0), t.rel_rms)
+    for typ, err in worst.items():  # on real weights the band is a small multiple of ggml's own error
+        assert BANDS[typ].rel_rms <= 4 * err, typ
+    # two quantized files: both sides dequantized, their bands added
+    r = compare_ggufs(quantized_drafter("Q8_0"), path)
+    assert r.passed, failing(r)
+    victims: dict[str, str] = {}
+    damaged = rewrite(path, tmp_path / "damaged.gguf", _swap_end_blocks(victims))
+    assert set(victims) == {t.type for t in ckpt.tensors if t.shape and len(t.shape) == 2}
+    for r in (compare_weights(RUNTIME / "drafter", damaged), compare_ggufs(RUNTIME / "drafter.gguf", damaged)):
+        bad = failing(r)
+        assert not r.passed and set(bad) == set(victims.values())
+        for t in bad.values():
+            assert t.status == "out" and {"bad-blocks", "bad-values"} & set(t.flags), (t.name, t.flags, t.detail)

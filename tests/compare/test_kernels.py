@@ -11,15 +11,6 @@ from dflash_gguf.compare import kernels
 from dflash_gguf.quants import _numba, quantize
 
 
-@pytest.fixture(params=[True, False], ids=["numba", "numpy"])
-def numba_mode(request):
-    if request.param and not _numba.AVAILABLE:
-        pytest.skip("numba is not installed")
-    prev = _numba.set_enabled(request.param)
-    yield request.param
-    _numba.set_enabled(prev)
-
-
 def same_bits(a: np.ndarray, b: np.ndarray) -> bool:
     return a.shape == b.shape and np.array_equal(a.view(np.uint32), b.view(np.uint32))
 

@@ -10,6 +10,7 @@ import pytest
 
 from dflash_gguf.fileio.gguf_header import read_header
 from dflash_gguf.guards.run import run_checks
+from dflash_gguf.quants.ftypes import FTYPE_IDS
 from tests.guards.conftest import Q, codes, write
 
 
@@ -68,3 +69,55 @@ def test_deep_progress_reports_every_byte(tmp_path):
     seen = []
     run_checks(p, deep=True, progress=seen.append)
     assert sum(seen) == 64 * 64 * 4 + 16
+
+
+def _planted(t, ts: int):
+    """(name, one-row raw bytes) of type ``t``: an inf and a NaN at each 2-byte position of a zero
+    block (every fp16 field of ggml's blocks is 2-aligned), or at two values of a row of ones."""
+    floats = {Q.F32: (np.uint32, 0x3F800000, 0x7F800000, 0xFFC00000), Q.F16: (np.uint16, 0x3C00, 0x7C00, 0xFE00),
+              Q.BF16: (np.uint16, 0x3F80, 0x7F80, 0xFFC0)}  # dtype, 1.0, +inf, -NaN
+    if t in floats:
+        dtype, one, *bad = floats[t]
+        for bits in bad:
+            for i in (0, 5):
+                row = np.full(8, one, dtype)
+                row[i] = bits
+                yield f"{t.name}.{i}.{bits:x}", row.view(np.uint8).reshape(1, -1)
+        return
+    for bits in (0x7C00, 0xFE00):
+        for at in range(0, ts, 2):
+            raw = np.zeros((1, ts), np.uint8)
+            raw[0, at:at + 2] = np.frombuffer(struct.pack("<H", bits), np.uint8)
+            yield f"{t.name}.{at}.{bits:x}", raw
+
+
+def test_deep_rejects_exactly_what_ggml_validates_away(tmp_path):
+    """For every type quantize writes, against llama.cpp's own ggml_validate_row_data (the live
+    libggml-base; skipped where it is not built): --deep reports a bad scale or a NaN/inf value
+    on exactly the planted tensors ggml refuses to load."""
+    import ctypes
+
+    from dflash_gguf.quants import QUANTIZE_TYPES
+    from tests.quants.test_quants import _ggml_base
+
+    lib = _ggml_base()
+    lib.ggml_validate_row_data.restype = ctypes.c_bool
+    lib.ggml_validate_row_data.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t]
+    tensors, refused = [], set()
+    for t in sorted(QUANTIZE_TYPES):
+        for name, raw in _planted(t, gguf.GGML_QUANT_SIZES[t][1]):
+            tensors.append((name, raw, t))
+            if not lib.ggml_validate_row_data(int(t), raw.ctypes.data, raw.size):
+                refused.add(name)
+    r = run_checks(write(tmp_path / "m.gguf", tensors), deep=True)
+    flagged = {f.where.removeprefix("tensor ") for f in r.findings if f.code in ("bad-quant-scale", "nan-inf")}
+    assert codes(r) == {"bad-quant-scale", "nan-inf"} and flagged == refused
+    assert {n.split(".")[0] for n in refused} == {t.name for t in QUANTIZE_TYPES}  # each type has something to refuse
+
+
+@pytest.mark.parametrize("ftype", list(FTYPE_IDS))
+def test_deep_passes_every_quantize_file_type(quantized_drafter, ftype):
+    p = quantized_drafter(ftype)
+    r = run_checks(p, deep=True)
+    assert not r.findings, [(f.code, f.message) for f in r.findings]
+    assert r.deep and r.bytes_scanned == sum(t.nbytes for t in read_header(p).tensors)

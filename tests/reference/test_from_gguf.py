@@ -9,9 +9,10 @@ from safetensors.torch import load_file  # noqa: E402
 
 from dflash_gguf.config import load_config
 from dflash_gguf.formats import FORMATS
+from dflash_gguf.quants.ftypes import FTYPE_IDS
 from dflash_gguf.reference.from_gguf import drafter_from_gguf, target_from_gguf, unpermute_rope
 
-from tests.conftest import DRAFTERS, TARGETS
+from tests.conftest import DRAFTERS, RUNTIME, TARGETS
 
 FIELDS = ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
           "head_dim", "rms_norm_eps", "rope_theta", "mask_token_id", "target_layer_ids", "block_size",
@@ -311,3 +312,38 @@ def test_dspark_gguf_replays_the_reference(runtime_setup, anchor_key):
     assert g.gguf_notes == [] and g.first_draft_slot == 1
     tf = teacher_forced(g, target, run)
     assert tf.max_abs_diff <= 1e-4 and tf.token_agreement == 1.0
+
+
+@pytest.mark.parametrize("ftype", list(FTYPE_IDS))
+def test_every_quantize_file_type_loads_as_ggml_reads_it(quantized_drafter, ftype):
+    """Parity's GGUF drafter: every file type quantize writes loads, with the source file's
+    config, its weights dequantized exactly as ggml's to_float does (the live libggml-base; only
+    the band check where it is not built) and within the type's compare band of the source."""
+    from dflash_gguf.compare import BANDS
+    from dflash_gguf.fileio.gguf_reader import read_gguf
+    from dflash_gguf.reference.load import drafter_from_gguf as load_gguf
+    from tests.compare.test_sides import ggml_values
+    from tests.quants.test_quants import _ggml_base
+
+    try:
+        lib = _ggml_base()
+    except pytest.skip.Exception:
+        lib = None
+    path = quantized_drafter(ftype)
+    cfg, weights, fmt = drafter_from_gguf(path)
+    want_cfg, src, _ = drafter_from_gguf(RUNTIME / "drafter.gguf")
+    assert fmt == "llama.cpp" and set(weights) == set(src)
+    for f in FIELDS:
+        assert getattr(cfg, f) == getattr(want_cfg, f), f
+    f = read_gguf(path)
+    for t in f.tensors:
+        name = FORMATS[fmt].source_name(t.name)
+        w, x = weights[name], src[name]
+        assert w.dtype == np.float32 and w.shape == x.shape
+        rel = np.linalg.norm((w - x).astype(np.float64)) / np.linalg.norm(x.astype(np.float64))
+        assert rel <= BANDS[t.ggml_type.name].rel_rms, t.name
+        if lib is not None:
+            want = ggml_values(lib, np.ascontiguousarray(f.raw(t)).reshape(-1), t.ggml_type, w.size)
+            assert np.array_equal(w.reshape(-1).view(np.uint32), want.view(np.uint32)), t.name
+    model = load_gguf(path, RUNTIME / "drafter" / "config.json", device="cpu")
+    assert model.gguf_notes == []
