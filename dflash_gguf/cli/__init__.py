@@ -39,6 +39,7 @@ COMMANDS = {
     "parity": ("parity",),
     "bench": ("bench",),
     "gate": ("gate",),
+    "diagnose": ("diagnose",),
 }
 _MODULE_OF = {cmd: mod for mod, cmds in COMMANDS.items() for cmd in cmds}
 

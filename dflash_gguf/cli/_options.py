@@ -13,3 +13,38 @@ FormatOpt = Annotated[str, typer.Option("--format", "-f", help=f"Output flavour:
 ForceOpt = Annotated[bool, typer.Option("--force", help="Overwrite OUT if it exists.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON on stdout.")]
 DryRunOpt = Annotated[bool, typer.Option("--dry-run", help="Print the plan; write nothing.")]
+
+# The prompts of the commands that run the torch reference (parity, diagnose): token ids, text
+# through the target's tokenizer, or a JSONL file (the format bench --suite reads).
+PromptIdsOpt = Annotated[Optional[str], typer.Option("--prompt-ids", help="Comma-separated token ids, e.g. 1,2,3.")]
+PromptOpt = Annotated[Optional[str], typer.Option("--prompt", help="Prompt text (tokenized with the target's tokenizer).")]
+PromptsFileOpt = Annotated[Optional[Path], typer.Option("--prompts-file", help="JSONL: {\"prompt\": ...} or {\"prompt_ids\": [...]} per line.")]
+TokenizerDirOpt = Annotated[Optional[Path], typer.Option("--tokenizer-dir", help="Where tokenizer.json / tokenizer.model live (default: --target).")]
+
+
+def check_prompt_options(prompt_ids: str | None, prompt: str | None, prompts_file: Path | None) -> list[list[int]] | None:
+    """Exactly one prompt source; ``--prompt-ids`` parsed (None for the other two, which need the
+    tokenizer: ``read_prompts``). Raises UsageError."""
+    from ..errors import UsageError
+
+    if sum(x is not None for x in (prompt_ids, prompt, prompts_file)) != 1:
+        raise UsageError("give exactly one of --prompt-ids, --prompt, --prompts-file")
+    if prompt_ids is None:
+        return None
+    try:
+        return [[int(t) for t in prompt_ids.replace(" ", "").split(",") if t]]
+    except ValueError:
+        raise UsageError(f"--prompt-ids {prompt_ids!r}: expected comma-separated integers") from None
+
+
+def read_prompts(prompt_ids: str | None, prompt: str | None, prompts_file: Path | None, target: Path,
+                 tokenizer_dir: Path | None) -> list[list[int]]:
+    """The prompts as token ids, whichever option gave them."""
+    from ..parity.prompts import read_prompts_file, tokenize
+
+    ids = check_prompt_options(prompt_ids, prompt, prompts_file)
+    if ids is not None:
+        return ids
+    if prompt is not None:
+        return [tokenize(prompt, target, tokenizer_dir)]
+    return read_prompts_file(prompts_file, target, tokenizer_dir)

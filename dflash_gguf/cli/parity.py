@@ -9,6 +9,7 @@ import typer
 from ..errors import EXIT_PARITY_GATE, DflashError, UsageError
 from ._app import app
 from ._common import esc, note, out, warn
+from ._options import PromptIdsOpt, PromptOpt, PromptsFileOpt, TokenizerDirOpt, check_prompt_options, read_prompts
 from ._verdict import Output, ReportOpt, VerdictFormatOpt, VerdictJsonOpt
 
 FLAG_TOP1 = 0.9  # below this teacher-forced top-1 agreement a GGUF drafter is flagged
@@ -19,10 +20,10 @@ def parity_cmd(
     target: Annotated[Path, typer.Option("--target", help="Target: Hugging Face dir (qwen3/llama) or a qwen3/llama GGUF.")],
     drafter: Annotated[Path, typer.Option("--drafter", help="The original drafter dir (safetensors + config.json): the reference.")],
     drafter_gguf: Annotated[Optional[list[Path]], typer.Option("--drafter-gguf", help="A GGUF of the drafter to compare (repeatable).")] = None,
-    prompt_ids: Annotated[Optional[str], typer.Option("--prompt-ids", help="Comma-separated token ids, e.g. 1,2,3.")] = None,
-    prompt: Annotated[Optional[str], typer.Option("--prompt", help="Prompt text (tokenized with the target's tokenizer).")] = None,
-    prompts_file: Annotated[Optional[Path], typer.Option("--prompts-file", help="JSONL: {\"prompt\": ...} or {\"prompt_ids\": [...]} per line.")] = None,
-    tokenizer_dir: Annotated[Optional[Path], typer.Option("--tokenizer-dir", help="Where tokenizer.json / tokenizer.model live (default: --target).")] = None,
+    prompt_ids: PromptIdsOpt = None,
+    prompt: PromptOpt = None,
+    prompts_file: PromptsFileOpt = None,
+    tokenizer_dir: TokenizerDirOpt = None,
     max_new_tokens: Annotated[int, typer.Option("--max-new-tokens")] = 64,
     block_size: Annotated[Optional[int], typer.Option("--block-size", help="Default: the drafter's block_size.")] = None,
     temperature: Annotated[float, typer.Option("--temperature")] = 0.0,
@@ -53,7 +54,7 @@ def parity_cmd(
     Example: dflash-gguf parity --target Qwen3-8B/ --drafter Qwen3-8B-DFlash-b16/ --drafter-gguf d-Q8_0.gguf --prompt "Hello"
     """
     from ..parity import (
-        ParityFailure, ParityOptions, check_drafter_dir, read_prompts_file, require_torch, run_parity, tokenize,
+        ParityFailure, ParityOptions, check_drafter_dir, require_torch, run_parity,
     )
     from ..parity.gates import Gates, evaluate
     from ..verdict import Envelope, sources
@@ -62,15 +63,7 @@ def parity_cmd(
 
     gates = Gates(min_acceptance_length, max_acceptance_drop, min_top1)
 
-    given = [x is not None for x in (prompt_ids, prompt, prompts_file)]
-    if sum(given) != 1:
-        raise UsageError("give exactly one of --prompt-ids, --prompt, --prompts-file")
-    prompts = None
-    if prompt_ids is not None:
-        try:
-            prompts = [[int(t) for t in prompt_ids.replace(" ", "").split(",") if t]]
-        except ValueError:
-            raise UsageError(f"--prompt-ids {prompt_ids!r}: expected comma-separated integers") from None
+    check_prompt_options(prompt_ids, prompt, prompts_file)
     check_drafter_dir(drafter)
     if target_quant is not None and target_quant.lower() not in ("q8_0", "q4_k_m"):
         raise UsageError(f"--target-quant {target_quant!r}: choose q8_0 or q4_k_m")
@@ -86,10 +79,7 @@ def parity_cmd(
                                   for p in (drafter_gguf or [drafter])))
     try:
         require_torch()  # before the prompts are tokenized: the run needs it
-        if prompt is not None:
-            prompts = [tokenize(prompt, target, tokenizer_dir)]
-        elif prompts_file is not None:
-            prompts = read_prompts_file(prompts_file, target, tokenizer_dir)
+        prompts = read_prompts(prompt_ids, prompt, prompts_file, target, tokenizer_dir)
         report = run_parity(target, drafter, prompts, drafter_ggufs=drafter_gguf or [], options=opts, dump=dump,
                             against=against)
     except DflashError as exc:  # CI reads the report: a failed run is still one document

@@ -14,7 +14,8 @@ from ..compare.report import CONSTANT_FAILING, TENSOR_FAILING
 from .findings import ERROR, WARNING
 
 DOCS = {"check": "docs/check.md", "pairing": "docs/check.md", "check-instruct": "docs/check-instruct.md",
-        "compare-weights": "docs/compare-weights.md", "parity": "docs/parity.md", "gate": "docs/gate.md"}
+        "compare-weights": "docs/compare-weights.md", "parity": "docs/parity.md", "gate": "docs/gate.md",
+        "diagnose": "docs/diagnose.md"}
 PARITY_GATES = ("min_acceptance_length", "max_acceptance_drop", "min_top1")
 PARITY_REQUIRED = "parity-required"  # gate --require-parity, and parity could not run
 
@@ -43,6 +44,8 @@ def _own_rules() -> tuple[RuleInfo, ...]:
     rules += [RuleInfo(f"tensor-{s}", "compare-weights", ERROR, why) for s, why in TENSOR_FAILING.items()]
     rules += [RuleInfo(f"constant-{s}", "compare-weights", ERROR, why) for s, why in CONSTANT_FAILING.items()]
     rules += [RuleInfo(f"parity-{g}", "parity", ERROR, f"parity gate {g} failed") for g in PARITY_GATES]
+    rules.append(RuleInfo("diagnose-max-stage-loss", "diagnose", ERROR,
+                          "a stage loses more mean acceptance length than --max-stage-loss, or the runtime fails (exit 32)"))
     return tuple(rules)
 
 

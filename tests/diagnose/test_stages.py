@@ -1,0 +1,102 @@
+"""diagnose's stages run for real (diagnose/stages.py) on the trained pair of fixtures/runtime: a
+GGUF with a planted wrong RoPE theta is attributed to the conversion, a --quants file is made
+and judged, the quantized target runs as stage 3, every GGUF runs with llama.cpp's rules as
+stage 4, and stage 5 runs in a real llama-server when one is built."""
+import json
+
+import pytest
+
+from tests.conftest import RUNTIME
+from tests.diagnose import plant_theta
+
+pytest.importorskip("torch", reason="torch is not installed (the [torch] extra)")
+
+# one prompt of the fixture's file, few tokens: the whole module runs the stages once
+N_NEW = 32
+
+
+def _first_prompt(n: int = 1) -> list[list[int]]:
+    from dflash_gguf.parity import read_prompts_file
+
+    return read_prompts_file(RUNTIME / "prompts.jsonl", RUNTIME / "target")[1:1 + n]
+
+
+@pytest.fixture(scope="module")
+def diagnosed(tmp_path_factory):
+    from dflash_gguf.diagnose import DiagnoseOptions, run_diagnose
+
+    tmp = tmp_path_factory.mktemp("diagnose")
+    theta = plant_theta(tmp / "theta.gguf")
+    opts = DiagnoseOptions(max_new_tokens=N_NEW, device="cpu", jobs=1, quants=("q8_0",), target_quant="q2_k")
+    return run_diagnose(RUNTIME / "target", RUNTIME / "drafter", _first_prompt(),
+                        drafter_ggufs=[RUNTIME / "drafter.gguf", theta], options=opts)
+
+
+def lane(report, name):
+    return next(x for x in report.lanes if x.name == name)
+
+
+def test_a_wrong_rope_theta_is_attributed_to_the_conversion(diagnosed):
+    verdict = diagnosed.verdict()
+    assert (verdict.stage, verdict.drafter) == ("conversion", "theta.gguf")
+    ref = lane(diagnosed, "checkpoint").values["reference"].mean_acceptance_length.mean
+    bad = lane(diagnosed, "theta.gguf").values["conversion"]
+    assert ref > 5 and bad.mean_acceptance_length.mean < 2  # the trained pair: ~15 and ~1
+    assert any("rope_theta is 10000.0 in the GGUF" in f for f in verdict.facts)
+    assert bad.logit_parity["top1"] < 0.9 and any("does not compute what the checkpoint computes" in f
+                                                   for f in verdict.facts)
+
+
+def test_the_good_gguf_and_its_quantized_copy_keep_the_reference(diagnosed):
+    ref = lane(diagnosed, "checkpoint").values["reference"].mean_acceptance_length.mean
+    good = lane(diagnosed, "drafter.gguf")
+    assert good.quant == "BF16" and good.full_precision
+    assert good.values["conversion"].mean_acceptance_length.mean == pytest.approx(ref)
+    q8 = lane(diagnosed, "drafter-Q8_0.gguf")
+    assert (q8.origin, q8.quant) == ("quantized", "Q8_0") and q8.file_size < good.file_size
+    assert q8.path is None  # made in a temp dir that is gone
+
+
+def test_stage_3_runs_and_is_blamed_only_if_it_loses(diagnosed):
+    assert diagnosed.stage("target").ran
+    assert all("target" in x.values for x in diagnosed.lanes)
+    # without the planted file, what does the quantized target do to the good drafters?
+    sub = type(diagnosed)(diagnosed.settings, diagnosed.stages,
+                          [x for x in diagnosed.lanes if x.name != "theta.gguf"])
+    lost = [d for d in sub.deltas() if d.stage == "target" and d.loss > 0]
+    verdict = sub.verdict()
+    if lost:
+        assert "target" in verdict.losses
+    else:
+        assert verdict.stage != "target"
+
+
+def test_stage_4_runs_every_gguf_with_the_runtime_rules(diagnosed):
+    assert diagnosed.stage("runtime-semantics").ran
+    for x in diagnosed.lanes:
+        v = x.values["runtime-semantics"]
+        assert any("draft context capped" in n for n in v.notes), x.name
+
+
+def test_stage_5_says_why_it_did_not_run_and_the_recommendation_is_at_stage_4(diagnosed):
+    assert diagnosed.stage("runtime").why == "no --server-bin/--server"
+    rec = diagnosed.recommendation()
+    assert rec.stage == "runtime-semantics" and rec.baseline.name == "drafter.gguf"
+    base = rec.baseline.values["runtime-semantics"].mean_acceptance_length.mean
+    keep = [x for x in diagnosed.lanes if not x.is_checkpoint
+            and x.values["runtime-semantics"].mean_acceptance_length.mean >= base]  # one run: sd 0
+    assert rec.drafter.file_size == min(x.file_size for x in keep)
+    json.dumps(diagnosed.to_json())
+
+
+def test_stage_5_in_a_real_llama_server(llama_server_bin, tmp_path):
+    from dflash_gguf.diagnose import DiagnoseOptions, run_diagnose
+
+    opts = DiagnoseOptions(max_new_tokens=16, device="cpu", jobs=1, server_bin=llama_server_bin,
+                           target_gguf=RUNTIME / "target.gguf")
+    r = run_diagnose(RUNTIME / "target", RUNTIME / "drafter", _first_prompt(), drafter_ggufs=[RUNTIME / "drafter.gguf"],
+                     options=opts)
+    good = lane(r, "drafter.gguf")
+    assert r.stage("runtime").ran, good.skipped
+    assert good.values["runtime"].mean_acceptance_length.mean >= 1
+    assert any(d.stage == "runtime" for d in r.deltas())
