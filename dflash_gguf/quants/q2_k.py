@@ -4,6 +4,8 @@ use_mad=true); 4-bit sub-block scales and mins under fp16 d and dmin; 2-bit leve
 
 Position-major layout (``x[i, s]`` = element i of sub-block s) and q4_k.py's vectorised
 make_qkx2_quants, with use_mad (the trials' error is absolute, not squared as for Q4_K/Q5_K).
+When numba is available the compiled kernel in ``_numba/k_low.py`` runs instead (same bytes,
+faster); this file is the fallback and the independent implementation the tests hold it against.
 """
 from __future__ import annotations
 
@@ -27,6 +29,7 @@ def _codes(v: np.ndarray, vmax: np.ndarray) -> np.ndarray:
 
 class Q2_K(BlockQuant, qtype=GGMLQuantizationType.Q2_K):
     chunk_values = 1 << 18
+    numba_kernel = "q2_k"
     numpy_search = True
 
     @classmethod

@@ -12,6 +12,10 @@ sumlx^2/suml2. Each column's sweep only depends on its own state, and a sweep th
 nothing leaves the state as it found it (so every later sweep would change nothing either):
 once no column changes in a sweep, the loop stops; until then columns that have converged
 are dropped from the working set.
+
+When numba is available the compiled kernel in ``_numba/k_low.py`` runs instead (same bytes,
+several times faster); this file is the fallback and the second, independent implementation
+the tests hold the kernel against.
 """
 from __future__ import annotations
 
@@ -102,6 +106,7 @@ def pack_2bit(lo: np.ndarray) -> np.ndarray:
 
 class Q3_K(BlockQuant, qtype=GGMLQuantizationType.Q3_K):
     chunk_values = 1 << 18
+    numba_kernel = "q3_k"
     numpy_search = True
 
     @classmethod

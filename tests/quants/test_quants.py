@@ -29,7 +29,8 @@ GOLDEN = Path(__file__).resolve().parents[2].parent / "shared" / "golden" / "ggm
 TYPES = ["q8_0", "q4_0", "q5_0", "q4_1", "q5_1", "q4_K", "q5_K", "q6_K", "bf16", "f16"]
 CASES = ["normal_w", "normal_bf16", "uniform", "heavy_t2", "outliers", "positive", "negative", "norm_like", "edge"]
 # Types with a compiled kernel in quants/_numba/; the others run the numpy path on both backends.
-NUMBA_KERNELS = {"q8_0": "q8_0", "q4_K": "q4_k", "q5_K": "q5_k", "q6_K": "q6_k"}
+NUMBA_KERNELS = {"q8_0": "q8_0", "q4_0": "q4_0", "q5_0": "q5_0", "q4_1": "q4_1", "q5_1": "q5_1", "q4_K": "q4_k",
+                 "q5_K": "q5_k", "q6_K": "q6_k"}
 
 
 def with_backends(types) -> list:
@@ -190,8 +191,25 @@ def test_numba_starts_without_scipy_and_leaves_it_importable():
     assert r.stdout.split() == ["False", "3.0", "True"]
 
 
+# Every compiled kernel: (name, block size, the function its module must inline into it). The
+# module-qualified callee proves the checked IR is the kernel's own, not a stub.
+_KERNEL_IR = {"q8_0": (32, None), "q4_0": (32, "_lanes"), "q5_0": (32, "_lanes"), "q4_1": (32, "_lanes"),
+              "q5_1": (32, "_lanes"), "q4_k": (256, "_qkx2_lanes"), "q5_k": (256, "_qkx2_lanes"),
+              "q6_k": (256, None), "q3_k": (256, "_q3_lanes"), "q2_k": (256, "qkx2_lanes"),
+              "iq4_nl": (32, "_search_lanes"), "iq4_xs": (256, "_search_lanes"),
+              "q4_k_values": (256, "_qkx2_lanes"), "q5_k_values": (256, "_qkx2_lanes"), "q6_k_values": (256, None)}
+
+
+def test_the_ir_check_covers_every_kernel():
+    from dflash_gguf.quants.base import registered
+
+    kernels = {c.numba_kernel for c in registered().values() if c.numba_kernel}
+    kernels |= {k + "_values" for k in kernels if _numba.has_kernel(k + "_values")}
+    assert kernels == set(_KERNEL_IR)
+
+
 @pytest.mark.skipif(not _numba.AVAILABLE, reason="numba is not installed")
-@pytest.mark.parametrize("kernel", sorted(NUMBA_KERNELS.values()) + ["q4_k_values", "q5_k_values", "q6_k_values"])
+@pytest.mark.parametrize("kernel", sorted(_KERNEL_IR))
 def test_numba_kernels_compile_to_plain_float32(kernel):
     # What makes the kernels bit-exact besides their source: no float64 anywhere (a Python float
     # or float32*int slipping in), no fast-math flags, no fused multiply-add in the machine code.
@@ -202,7 +220,7 @@ def test_numba_kernels_compile_to_plain_float32(kernel):
 
     from dflash_gguf.quants._numba import common
 
-    bs = 32 if kernel == "q8_0" else 256
+    bs, callee = _KERNEL_IR[kernel]
     fresh = numba.njit(**{**common.JIT_OPTIONS, "cache": False})(_numba.kernel(kernel).py_func)
     args = [np.zeros((1, bs), np.float32)]
     if kernel.endswith("_values"):  # the values' d * q - m must not become an FMA either
@@ -210,7 +228,7 @@ def test_numba_kernels_compile_to_plain_float32(kernel):
     fresh(*args)
     sig = fresh.signatures[0]
     ir, asm = fresh.inspect_llvm(sig), fresh.inspect_asm(sig)
-    assert "_qkx2_lanes" in ir or kernel.startswith(("q8_0", "q6_k"))  # the callees are in the module
+    assert callee is None or callee in ir  # the callees are in the module
     assert not re.findall(r"\bdouble\b", ir)
     assert not re.findall(r"\b(contract|reassoc|arcp|afn|fast)\b", ir)
     assert "llvm.fma" not in ir and "fmuladd" not in ir

@@ -1,5 +1,5 @@
-"""Compiled kernels (numba) for Q8_0, Q4_0, Q5_0, Q4_1, Q5_1, Q4_K, Q5_K and Q6_K: the numpy
-path's bytes, faster.
+"""Compiled kernels (numba) for every type the quantizers write but the float ones: Q8_0, Q4_0,
+Q5_0, Q4_1, Q5_1, Q4_K, Q5_K, Q6_K, Q3_K, Q2_K, IQ4_NL and IQ4_XS: the numpy path's bytes, faster.
 
 numba is a dependency; the kernels are used whenever it imports. ``DFLASH_GGUF_NUMBA=0`` (or
 :func:`set_enabled`) forces the numpy path, which is also what runs where numba cannot be
@@ -27,7 +27,8 @@ ENV_VAR = "DFLASH_GGUF_NUMBA"
 # ``*_values``: the same kernel also writing the values its bytes dequantize to (a compare's y).
 _MODULES = {"q8_0": "q8_0", "q4_k": "q4_k", "q5_k": "q4_k", "q6_k": "q6_k", "bf16_to_f32": "decode",
             "q4_k_values": "q4_k", "q5_k_values": "q4_k", "q6_k_values": "q6_k",
-            "q4_0": "legacy", "q5_0": "legacy", "q4_1": "legacy", "q5_1": "legacy"}
+            "q4_0": "legacy", "q5_0": "legacy", "q4_1": "legacy", "q5_1": "legacy",
+            "q3_k": "k_low", "q2_k": "k_low", "iq4_nl": "iq4", "iq4_xs": "iq4"}
 
 _available: bool | None = None  # None: numba not tried yet
 
@@ -111,8 +112,8 @@ def has_kernel(name: str) -> bool:
 
 
 def kernel(name: str):
-    """The compiled kernel ``name`` (``"q8_0"``, ``"q4_k"``, ``"q5_k"``, ``"q6_k"``, their
-    ``"*_values"`` variants, ``"bf16_to_f32"``), importing its module on first use.
+    """The compiled kernel ``name`` (a key of ``_MODULES``: ``"q8_0"``, ``"q4_k"``, ``"iq4_xs"``, ...,
+    the ``"*_values"`` variants, ``"bf16_to_f32"``), importing its module on first use.
 
     Raises:
         KeyError: no kernel of that name.

@@ -10,8 +10,9 @@ the generated IR has no double and no FMA). ``error_model="numpy"`` makes a floa
 zero give inf/NaN as in C instead of raising. ``nearest_int`` and the fp16 conversions are
 ggml's own bit tricks, on a float32 <-> int32 bitcast intrinsic.
 
-numba's cache keys a kernel on its own source file only: after editing this module, touch the
-kernel modules (or delete their ``__pycache__/*.nb[ci]``) so they are not loaded stale.
+numba's cache stamps a kernel with a hash of its own source file's content only: after editing
+this module (or q4_k.py's shared fit, which k_low.py's Q2_K compiles in), delete
+``__pycache__/*.nb[ci]`` beside the kernels so they are not loaded stale.
 
 Imported only through the kernel modules, i.e. only when numba is installed.
 """

@@ -1,6 +1,12 @@
 """make_qkx2_quants and quantize_row_q4_K_ref / q5_K_ref, compiled (the numpy mirror is
-quants/q4_k.py). Sub-blocks are fitted in lockstep, see common.LANES."""
+quants/q4_k.py). Sub-blocks are fitted in lockstep, see common.LANES.
+
+The fit is built by qkx2_lanes for a sub-block size, lane count and error kind; k_low.py builds
+Q2_K's from it. numba keys a cached kernel on its own file's content: after editing the fit
+here, delete __pycache__/k_low*.nb[ci] too."""
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import numpy as np
 
@@ -24,171 +30,203 @@ from .common import (
 _F32_32 = F32(32.0)
 _F32_63 = F32(63.0)
 
-# The fit's buffer (common.lane_layout): x and the weights w, position-major (32 x LANES),
-# the trial's levels Laux, and 19 rows of one value per lane. Rows 0-4 are what the
-# super-block needs (see _qkx2_lanes), and _MX, _XLO (each lane's largest and smallest x,
-# which bound its requantized levels), the rest the fit's own state.
-_N = 32
+# The fit's buffer (common.lane_layout): x and the weights w, position-major (n x lanes), the
+# trial's levels Laux, and 19 rows of one value per lane. Rows 0-4 are what the super-block needs
+# (see qkx2_lanes), and _MX, _XLO (each lane's largest and smallest x, which bound its
+# requantized levels), the rest the fit's own state.
 _NV = 19
-(_X, _W, _LV, _V), _SIZE = lane_layout(_N, _N, _N, _NV)
-(_SCALE, _THE_MIN, _L_ISCALE, _L_MIN, _FLAT, _MN, _MX, _SUM_W, _SUM_X, _ISCALE, _BEST, _SUM_L, _SUM_L2, _SUM_XL,
- _T_SCALE, _T_MIN, _T_D, _CUR, _XLO) = [_V + r * LANES for r in range(_NV)]
-_MX_ROW, _XLO_ROW = (_MX - _V) // LANES, (_XLO - _V) // LANES
+
+
+class Qkx2Lanes(NamedTuple):
+    fit: object  # the jitted fit(b, nmax, rmin, rdelta, nstep) on a buffer of `size` floats
+    x: int  # offsets of the x, w, Laux (scratch once fitted) and value-row regions
+    w: int
+    lv: int
+    v: int
+    size: int
+    mx_row: int  # value rows of each lane's largest and smallest x
+    xlo_row: int
 
 
 @jit
-def _fast_levels(b):
+def _fast_levels(b, lanes, iscale, xlo, mn, mx, flat):
     """Whether every live lane's iscale*(x[i] - min) is within NEAREST_INT_LIMIT, so that
     round_clamp gives nearest_int's levels: the product is monotonic in x, so each lane's
     smallest and largest x decide (lanes that returned early, max == min, are never accepted).
-    Counted without an early exit, so that the lanes are checked as vectors (every trial)."""
+    Counted without an early exit, so that the lanes are checked as vectors (every trial).
+    The offsets are the fit's constants (inlined)."""
     slow = 0
-    for s in range(LANES):
-        isc = b[_ISCALE + s]
-        lo = abs(isc * (b[_XLO + s] - b[_MN + s]))
-        hi = abs(isc * (b[_MX + s] - b[_MN + s]))
+    for s in range(lanes):
+        isc = b[iscale + s]
+        lo = abs(isc * (b[xlo + s] - b[mn + s]))
+        hi = abs(isc * (b[mx + s] - b[mn + s]))
         ok = (lo <= NEAREST_INT_LIMIT) & (hi <= NEAREST_INT_LIMIT)
-        slow += 0 if (b[_FLAT + s] != 0) | ok else 1
+        slow += 0 if (b[flat + s] != 0) | ok else 1
     return slow == 0
 
 
-@jit
-def _qkx2_lanes(b, nmax, rmin, rdelta, nstep):
-    """make_qkx2_quants(n, nmax, x, w, L, &the_min, Laux, rmin, rdelta, nstep, use_mad=false)
-    for the LANES sub-blocks in the buffer's x, w regions.
+def qkx2_lanes(n: int, lanes: int, use_mad: bool) -> Qkx2Lanes:
+    """make_qkx2_quants for sub-blocks of ``n`` values, ``lanes`` at a time, compiled: the
+    region offsets, ``n``, ``lanes`` and ``use_mad`` are closure constants (numba freezes them,
+    and keys its cache on them), so the loops see compile-time bounds and non-overlapping
+    regions as with module globals. Q4_K/Q5_K: (32, LANES, False); Q2_K (k_low.py): use_mad.
+    Only ints and bools may be closed over: numba pickles them into the cache key, and a jitted
+    function's pickle differs in every process (the fit calls them as module globals)."""
+    (_X, _W, _LV, _V), size = lane_layout(n, n, n, _NV, lanes=lanes)
+    (_SCALE, _THE_MIN, _L_ISCALE, _L_MIN, _FLAT, _MN, _MX, _SUM_W, _SUM_X, _ISCALE, _BEST, _SUM_L, _SUM_L2, _SUM_XL,
+     _T_SCALE, _T_MIN, _T_D, _CUR, _XLO) = [_V + r * lanes for r in range(_NV)]
 
-    Out in the value rows: _SCALE the scale, _THE_MIN the_min, and what regenerates L (needed
-    only where the stored scale reads back as 0): _L_ISCALE the iscale and _L_MIN the min of
-    the accepted trial, _FLAT nonzero where max == min (L = 0).
+    @jit
+    def _qkx2_lanes(b, nmax, rmin, rdelta, nstep):
+        """make_qkx2_quants(n, nmax, x, w, L, &the_min, Laux, rmin, rdelta, nstep, use_mad)
+        for the lanes' sub-blocks in the buffer's x, w regions.
 
-    Levels are nearest_int's, computed in float by round_clamp wherever every lane's products
-    are within its range (always, but for sub-blocks of tiny or subnormal range), else
-    literally; positions go four at a time, each lane's sums taking the four terms in C's
-    order in registers.
-    """
-    L = LANES
-    nmax_f = F32(nmax)
-    # min = max = x[0]; sum_w = weights[0]; sum_x = sum_w * x[0]; then i = 1..n-1
-    for s in range(L):
-        b[_MN + s] = b[_X + s]
-        b[_MX + s] = b[_X + s]
-        b[_SUM_W + s] = b[_W + s]
-        b[_SUM_X + s] = b[_W + s] * b[_X + s]
-    for i in range(1, _N):
+        Out in the value rows: _SCALE the scale, _THE_MIN the_min, and what regenerates L
+        (needed only where the stored scale reads back as 0): _L_ISCALE the iscale and _L_MIN
+        the min of the accepted trial, _FLAT nonzero where max == min (L = 0).
+
+        Levels are nearest_int's, computed in float by round_clamp wherever every lane's
+        products are within its range (always, but for sub-blocks of tiny or subnormal range),
+        else literally; positions go four at a time, each lane's sums taking the four terms in
+        C's order in registers. The error term is w*(diff*diff), or w*fabsf(diff) with use_mad.
+        """
+        L = lanes
+        nmax_f = F32(nmax)
+        # min = max = x[0]; sum_w = weights[0]; sum_x = sum_w * x[0]; then i = 1..n-1
         for s in range(L):
-            xi = b[_X + i * L + s]
-            wi = b[_W + i * L + s]
-            m = b[_MN + s]
-            b[_MN + s] = xi if xi < m else m
-            m = b[_MX + s]
-            b[_MX + s] = xi if xi > m else m
-            b[_SUM_W + s] += wi
-            b[_SUM_X + s] += wi * xi
-    for s in range(L):
-        m = b[_MN + s]
-        b[_XLO + s] = m
-        m = ZERO if m > 0 else m  # if (min > 0) min = 0
-        b[_MN + s] = m
-        b[_FLAT + s] = ONE if b[_MX + s] == m else ZERO  # C returns early: L = 0, scale 0
-        isc = nmax_f / (b[_MX + s] - m)
-        b[_ISCALE + s] = isc
-        b[_SCALE + s] = ONE / isc
-        b[_L_ISCALE + s] = isc
-        b[_L_MIN + s] = m
-        b[_BEST + s] = ZERO
-    # initial L and best_error += w * (diff*diff), diff = scale*L[i] + min - x[i]
-    fast = _fast_levels(b)
-    for i in range(_N):
-        for s in range(L):
-            xi = b[_X + i * L + s]
-            v = b[_ISCALE + s] * (xi - b[_MN + s])
-            lf = round_clamp(v, ZERO, nmax_f) if fast else F32(max(0, min(nmax, nearest_int(v))))
-            diff = b[_SCALE + s] * lf + b[_MN + s] - xi
-            b[_BEST + s] += b[_W + i * L + s] * (diff * diff)
-    for step in range(nstep + 1):
-        num = rmin + rdelta * F32(step) + nmax_f  # (rmin + rdelta*is + nmax), left to right
-        for s in range(L):
-            b[_ISCALE + s] = num / (b[_MX + s] - b[_MN + s])  # the live min: accepted trials move it
-            b[_SUM_L + s] = ZERO
-            b[_SUM_L2 + s] = ZERO
-            b[_SUM_XL + s] = ZERO
-            b[_CUR + s] = ZERO
-        # Laux, kept for the error pass; sum_l += w*l; sum_l2 += w*l*l; sum_xl += w*l*x[i]
-        if _fast_levels(b):
-            for i in range(0, _N, 4):
-                for s in range(L):
-                    isc = b[_ISCALE + s]
-                    m = b[_MN + s]
-                    o = i * L + s
-                    x0 = b[_X + o]
-                    x1 = b[_X + o + L]
-                    x2 = b[_X + o + 2 * L]
-                    x3 = b[_X + o + 3 * L]
-                    l0 = round_clamp(isc * (x0 - m), ZERO, nmax_f)
-                    l1 = round_clamp(isc * (x1 - m), ZERO, nmax_f)
-                    l2 = round_clamp(isc * (x2 - m), ZERO, nmax_f)
-                    l3 = round_clamp(isc * (x3 - m), ZERO, nmax_f)
-                    b[_LV + o] = l0
-                    b[_LV + o + L] = l1
-                    b[_LV + o + 2 * L] = l2
-                    b[_LV + o + 3 * L] = l3
-                    w0 = b[_W + o] * l0
-                    w1 = b[_W + o + L] * l1
-                    w2 = b[_W + o + 2 * L] * l2
-                    w3 = b[_W + o + 3 * L] * l3
-                    b[_SUM_L + s] = (((b[_SUM_L + s] + w0) + w1) + w2) + w3
-                    b[_SUM_L2 + s] = (((b[_SUM_L2 + s] + w0 * l0) + w1 * l1) + w2 * l2) + w3 * l3
-                    b[_SUM_XL + s] = (((b[_SUM_XL + s] + w0 * x0) + w1 * x1) + w2 * x2) + w3 * x3
-        else:
-            for i in range(_N):
-                for s in range(L):
-                    o = i * L + s
-                    xi = b[_X + o]
-                    lf = F32(max(0, min(nmax, nearest_int(b[_ISCALE + s] * (xi - b[_MN + s])))))
-                    b[_LV + o] = lf
-                    wl = b[_W + o] * lf
-                    b[_SUM_L + s] += wl
-                    b[_SUM_L2 + s] += wl * lf
-                    b[_SUM_XL + s] += wl * xi
-        for s in range(L):
-            sw, sl, sl2, sxl, sx = b[_SUM_W + s], b[_SUM_L + s], b[_SUM_L2 + s], b[_SUM_XL + s], b[_SUM_X + s]
-            D = sw * sl2 - sl * sl
-            ts = (sw * sxl - sx * sl) / D
-            tm = (sl2 * sx - sl * sxl) / D
-            if tm > 0:
-                tm = ZERO
-                ts = sxl / sl2
-            b[_T_SCALE + s] = ts
-            b[_T_MIN + s] = tm
-            b[_T_D + s] = D
-        # cur_error += w * (diff*diff) over Laux, diff = this_scale*Laux[i] + this_min - x[i]
-        for i in range(0, _N, 4):
+            b[_MN + s] = b[_X + s]
+            b[_MX + s] = b[_X + s]
+            b[_SUM_W + s] = b[_W + s]
+            b[_SUM_X + s] = b[_W + s] * b[_X + s]
+        for i in range(1, n):
             for s in range(L):
-                ts = b[_T_SCALE + s]
-                tm = b[_T_MIN + s]
-                o = i * L + s
-                d0 = ts * b[_LV + o] + tm - b[_X + o]
-                d1 = ts * b[_LV + o + L] + tm - b[_X + o + L]
-                d2 = ts * b[_LV + o + 2 * L] + tm - b[_X + o + 2 * L]
-                d3 = ts * b[_LV + o + 3 * L] + tm - b[_X + o + 3 * L]
-                c = b[_CUR + s] + b[_W + o] * (d0 * d0)
-                c = c + b[_W + o + L] * (d1 * d1)
-                c = c + b[_W + o + 2 * L] * (d2 * d2)
-                b[_CUR + s] = c + b[_W + o + 3 * L] * (d3 * d3)
+                xi = b[_X + i * L + s]
+                wi = b[_W + i * L + s]
+                m = b[_MN + s]
+                b[_MN + s] = xi if xi < m else m
+                m = b[_MX + s]
+                b[_MX + s] = xi if xi > m else m
+                b[_SUM_W + s] += wi
+                b[_SUM_X + s] += wi * xi
         for s in range(L):
-            # `if (D > 0) { ... if (cur_error < best_error) {...} }`; lanes that returned
-            # early (max == min) ran on inf/NaN and are never accepted. Selects, not a branch
-            # around the stores: the lanes are then updated as vectors.
-            acc = (b[_T_D + s] > 0) & (b[_CUR + s] < b[_BEST + s]) & (b[_FLAT + s] == 0)
-            b[_BEST + s] = b[_CUR + s] if acc else b[_BEST + s]
-            b[_SCALE + s] = b[_T_SCALE + s] if acc else b[_SCALE + s]
-            b[_L_ISCALE + s] = b[_ISCALE + s] if acc else b[_L_ISCALE + s]
-            b[_L_MIN + s] = b[_MN + s] if acc else b[_L_MIN + s]
-            b[_MN + s] = b[_T_MIN + s] if acc else b[_MN + s]
-    for s in range(L):
-        if b[_FLAT + s] != 0:
-            b[_SCALE + s] = ZERO
-        b[_THE_MIN + s] = -b[_MN + s]
+            m = b[_MN + s]
+            b[_XLO + s] = m
+            m = ZERO if m > 0 else m  # if (min > 0) min = 0
+            b[_MN + s] = m
+            b[_FLAT + s] = ONE if b[_MX + s] == m else ZERO  # C returns early: L = 0, scale 0
+            isc = nmax_f / (b[_MX + s] - m)
+            b[_ISCALE + s] = isc
+            b[_SCALE + s] = ONE / isc
+            b[_L_ISCALE + s] = isc
+            b[_L_MIN + s] = m
+            b[_BEST + s] = ZERO
+        # initial L and best_error += w * diff, diff = scale*L[i] + min - x[i], squared or fabsf
+        fast = _fast_levels(b, L, _ISCALE, _XLO, _MN, _MX, _FLAT)
+        for i in range(n):
+            for s in range(L):
+                xi = b[_X + i * L + s]
+                v = b[_ISCALE + s] * (xi - b[_MN + s])
+                lf = round_clamp(v, ZERO, nmax_f) if fast else F32(max(0, min(nmax, nearest_int(v))))
+                diff = b[_SCALE + s] * lf + b[_MN + s] - xi
+                b[_BEST + s] += b[_W + i * L + s] * (abs(diff) if use_mad else diff * diff)
+        for step in range(nstep + 1):
+            num = rmin + rdelta * F32(step) + nmax_f  # (rmin + rdelta*is + nmax), left to right
+            for s in range(L):
+                b[_ISCALE + s] = num / (b[_MX + s] - b[_MN + s])  # the live min: accepted trials move it
+                b[_SUM_L + s] = ZERO
+                b[_SUM_L2 + s] = ZERO
+                b[_SUM_XL + s] = ZERO
+                b[_CUR + s] = ZERO
+            # Laux, kept for the error pass; sum_l += w*l; sum_l2 += w*l*l; sum_xl += w*l*x[i]
+            if _fast_levels(b, L, _ISCALE, _XLO, _MN, _MX, _FLAT):
+                for i in range(0, n, 4):
+                    for s in range(L):
+                        isc = b[_ISCALE + s]
+                        m = b[_MN + s]
+                        o = i * L + s
+                        x0 = b[_X + o]
+                        x1 = b[_X + o + L]
+                        x2 = b[_X + o + 2 * L]
+                        x3 = b[_X + o + 3 * L]
+                        l0 = round_clamp(isc * (x0 - m), ZERO, nmax_f)
+                        l1 = round_clamp(isc * (x1 - m), ZERO, nmax_f)
+                        l2 = round_clamp(isc * (x2 - m), ZERO, nmax_f)
+                        l3 = round_clamp(isc * (x3 - m), ZERO, nmax_f)
+                        b[_LV + o] = l0
+                        b[_LV + o + L] = l1
+                        b[_LV + o + 2 * L] = l2
+                        b[_LV + o + 3 * L] = l3
+                        w0 = b[_W + o] * l0
+                        w1 = b[_W + o + L] * l1
+                        w2 = b[_W + o + 2 * L] * l2
+                        w3 = b[_W + o + 3 * L] * l3
+                        b[_SUM_L + s] = (((b[_SUM_L + s] + w0) + w1) + w2) + w3
+                        b[_SUM_L2 + s] = (((b[_SUM_L2 + s] + w0 * l0) + w1 * l1) + w2 * l2) + w3 * l3
+                        b[_SUM_XL + s] = (((b[_SUM_XL + s] + w0 * x0) + w1 * x1) + w2 * x2) + w3 * x3
+            else:
+                for i in range(n):
+                    for s in range(L):
+                        o = i * L + s
+                        xi = b[_X + o]
+                        lf = F32(max(0, min(nmax, nearest_int(b[_ISCALE + s] * (xi - b[_MN + s])))))
+                        b[_LV + o] = lf
+                        wl = b[_W + o] * lf
+                        b[_SUM_L + s] += wl
+                        b[_SUM_L2 + s] += wl * lf
+                        b[_SUM_XL + s] += wl * xi
+            for s in range(L):
+                sw, sl, sl2, sxl, sx = b[_SUM_W + s], b[_SUM_L + s], b[_SUM_L2 + s], b[_SUM_XL + s], b[_SUM_X + s]
+                D = sw * sl2 - sl * sl
+                ts = (sw * sxl - sx * sl) / D
+                tm = (sl2 * sx - sl * sxl) / D
+                if tm > 0:
+                    tm = ZERO
+                    ts = sxl / sl2
+                b[_T_SCALE + s] = ts
+                b[_T_MIN + s] = tm
+                b[_T_D + s] = D
+            # cur_error += w * diff over Laux, diff = this_scale*Laux[i] + this_min - x[i]
+            for i in range(0, n, 4):
+                for s in range(L):
+                    ts = b[_T_SCALE + s]
+                    tm = b[_T_MIN + s]
+                    o = i * L + s
+                    d0 = ts * b[_LV + o] + tm - b[_X + o]
+                    d1 = ts * b[_LV + o + L] + tm - b[_X + o + L]
+                    d2 = ts * b[_LV + o + 2 * L] + tm - b[_X + o + 2 * L]
+                    d3 = ts * b[_LV + o + 3 * L] + tm - b[_X + o + 3 * L]
+                    if use_mad:  # a closure constant: compiled as one branch or the other
+                        c = b[_CUR + s] + b[_W + o] * abs(d0)
+                        c = c + b[_W + o + L] * abs(d1)
+                        c = c + b[_W + o + 2 * L] * abs(d2)
+                        b[_CUR + s] = c + b[_W + o + 3 * L] * abs(d3)
+                    else:
+                        c = b[_CUR + s] + b[_W + o] * (d0 * d0)
+                        c = c + b[_W + o + L] * (d1 * d1)
+                        c = c + b[_W + o + 2 * L] * (d2 * d2)
+                        b[_CUR + s] = c + b[_W + o + 3 * L] * (d3 * d3)
+            for s in range(L):
+                # `if (D > 0) { ... if (cur_error < best_error) {...} }`; lanes that returned
+                # early (max == min) ran on inf/NaN and are never accepted. Selects, not a branch
+                # around the stores: the lanes are then updated as vectors.
+                acc = (b[_T_D + s] > 0) & (b[_CUR + s] < b[_BEST + s]) & (b[_FLAT + s] == 0)
+                b[_BEST + s] = b[_CUR + s] if acc else b[_BEST + s]
+                b[_SCALE + s] = b[_T_SCALE + s] if acc else b[_SCALE + s]
+                b[_L_ISCALE + s] = b[_ISCALE + s] if acc else b[_L_ISCALE + s]
+                b[_L_MIN + s] = b[_MN + s] if acc else b[_L_MIN + s]
+                b[_MN + s] = b[_T_MIN + s] if acc else b[_MN + s]
+        for s in range(L):
+            if b[_FLAT + s] != 0:
+                b[_SCALE + s] = ZERO
+            b[_THE_MIN + s] = -b[_MN + s]
+
+    return Qkx2Lanes(_qkx2_lanes, _X, _W, _LV, _V, size, (_MX - _V) // lanes, (_XLO - _V) // lanes)
+
+
+_N = 32
+_FIT = qkx2_lanes(_N, LANES, False)
+_qkx2_lanes = _FIT.fit
+_X, _W, _V, _SIZE, _MX_ROW, _XLO_ROW = _FIT.x, _FIT.w, _FIT.v, _FIT.size, _FIT.mx_row, _FIT.xlo_row
 
 
 @jit

@@ -2,7 +2,6 @@
 (quants/legacy.py), ggml's golden bytes and, where llama-cpp-python loads, the live ggml."""
 from __future__ import annotations
 
-import re
 
 import numpy as np
 import pytest
@@ -165,21 +164,3 @@ def test_live_ggml(name):
         lib.ggml_quantize_chunk(int(t), x.ctypes.data, want.ctypes.data, 0, x.shape[0], x.shape[1], None)
         got = _kernel(name, x.reshape(-1, 32))
         assert np.array_equal(got.reshape(-1), want), describe_mismatch(x, got, want, name)
-
-
-@pytest.mark.parametrize("name", TYPES)
-def test_kernels_compile_to_plain_float32(name):
-    # as test_quants.py's check for the other kernels: no float64, no fast-math flags, no FMA
-    import numba
-
-    from dflash_gguf.quants._numba import common
-
-    fresh = numba.njit(**{**common.JIT_OPTIONS, "cache": False})(_numba.kernel(name).py_func)
-    fresh(np.zeros((1, 32), F32))
-    sig = fresh.signatures[0]
-    ir, asm = fresh.inspect_llvm(sig), fresh.inspect_asm(sig)
-    assert "_lanes" in ir  # the callees are in the module
-    assert not re.findall(r"\bdouble\b", ir)
-    assert not re.findall(r"\b(contract|reassoc|arcp|afn|fast)\b", ir)
-    assert "llvm.fma" not in ir and "fmuladd" not in ir
-    assert not re.findall(r"\bv?fn?m(add|sub)\d", asm)
