@@ -20,16 +20,20 @@ def diagnose_cmd(
     drafter_gguf: Annotated[Optional[list[Path]], typer.Option("--drafter-gguf", help="A drafter GGUF to follow through the stages (repeatable).")] = None,
     quants: Annotated[Optional[str], typer.Option("--quants", help="Also quantize the full-precision GGUF drafter (given, else converted from --drafter) to these types, e.g. q8_0,q6_k,q5_k_m,q4_k_m,iq4_xs.")] = None,
     quants_dir: Annotated[Optional[Path], typer.Option("--quants-dir", help="Keep the files --quants makes here (default: a temp dir, removed).")] = None,
-    target_gguf: Annotated[Optional[Path], typer.Option("--target-gguf", help="The target as the runtime serves it (stage 5; also the tokenizer source of --quants' conversion).")] = None,
-    target_quant: Annotated[Optional[str], typer.Option("--target-quant", help="Stage 3: the target's weights round-tripped through this type (q8_0, q4_k_m, …).")] = None,
+    target_gguf: Annotated[Optional[Path], typer.Option("--target-gguf", help="The target as the runtime serves it: stage 3's target when its weights are quantized, stage 5's; also the tokenizer source of --quants' conversion.")] = None,
+    target_quant: Annotated[Optional[str], typer.Option("--target-quant", help="Stage 3: --target's weights round-tripped through this type (q8_0, q4_k_m, …); wins over a quantized --target-gguf.")] = None,
     emulate: Annotated[str, typer.Option("--emulate", help="Stage 4: the runtime whose rules are emulated: llama.cpp.")] = "llama.cpp",
+    draft_context: Annotated[Optional[int], typer.Option("--draft-context", help="Stage 4: cap the drafter's target context at the last N positions (default: the runtime's, llama.cpp 512).")] = None,
     server_bin: Annotated[Optional[Path], typer.Option("--server-bin", help="Stage 5: start this llama-server with --target-gguf and each drafter GGUF.")] = None,
-    server: Annotated[Optional[list[str]], typer.Option("--server", help="Stage 5: [DRAFTER.gguf=]URL of a running llama-server that serves that drafter (repeatable).")] = None,
+    server: Annotated[Optional[list[str]], typer.Option("--server", help="Stage 5: [DRAFTER.gguf=]URL of a running server that serves that drafter (repeatable).")] = None,
+    engine: Annotated[str, typer.Option("--engine", help="With --server: llama.cpp | vllm | sglang.")] = "llama.cpp",
     server_log: Annotated[Optional[Path], typer.Option("--server-log", help="With one --server: its log (LLAMA_TRACE=1 … --log-file FILE), for the step counts the mean acceptance length needs.")] = None,
     prompt_ids: PromptIdsOpt = None,
     prompt: PromptOpt = None,
     prompts_file: PromptsFileOpt = None,
     tokenizer_dir: TokenizerDirOpt = None,
+    suite: Annotated[Optional[list[str]], typer.Option("--suite", help="bench's suites: chat | code | maths | humaneval | FILE.jsonl (repeatable: a verdict and a recommendation per suite).")] = None,
+    limit: Annotated[Optional[int], typer.Option("--limit", help="With --suite: the first N prompts of each suite.")] = None,
     runs: Annotated[int, typer.Option("--runs", help="Repeat each stage N times (seed, seed+1, …): mean ± sd, the σ of the 1σ rule.")] = 1,
     max_new_tokens: Annotated[int, typer.Option("--max-new-tokens")] = 64,
     temperature: Annotated[float, typer.Option("--temperature", help="0 = greedy (runs repeat exactly: sd 0).")] = 0.0,
@@ -45,15 +49,16 @@ def diagnose_cmd(
 ) -> None:
     """Follow the same prompts through the stages from checkpoint to runtime and name the stage that loses acceptance.
 
-    Stages: 1 reference (checkpoint + full-precision target), 2 conversion (each GGUF), 3 target (--target-quant),
-    4 runtime semantics (--emulate), 5 runtime (--server-bin / --server). Exit 0, or 32 when --max-stage-loss is exceeded.
+    Stages: 1 reference (checkpoint + full-precision target), 2 conversion (each GGUF), 3 target (a quantized
+    --target-gguf, or --target-quant), 4 runtime semantics (--emulate), 5 runtime (--server-bin / --server).
+    Exit 0, or 32 when --max-stage-loss is exceeded.
 
     Example: dflash-gguf diagnose --target Qwen3-8B/ --drafter Qwen3-8B-DFlash-b16/ --drafter-gguf d-BF16.gguf --quants q8_0,q4_k_m --prompts-file p.jsonl
     """
-    from ..diagnose import DiagnoseOptions, run_diagnose
+    from ..diagnose import DiagnoseOptions, run_suites, suite_prompts
     from ..verdict import Envelope, sources
 
-    ids = check_prompt_options(prompt_ids, prompt, prompts_file)
+    ids = _check_prompts(prompt_ids, prompt, prompts_file, suite, limit)
     if max_stage_loss is not None and not max_stage_loss >= 0:
         raise UsageError(f"--max-stage-loss {max_stage_loss}: give a mean acceptance length ≥ 0")
     if plots is not None:
@@ -71,47 +76,92 @@ def diagnose_cmd(
     opts = DiagnoseOptions(
         max_new_tokens=max_new_tokens, temperature=temperature, seed=seed, runs=runs, jobs=jobs, device=device,
         quants=tuple(q for q in (quants or "").replace(" ", "").split(",") if q), quants_dir=quants_dir,
-        target_quant=target_quant, emulate=emulate, target_gguf=target_gguf, server_bin=server_bin,
-        servers=tuple(_server(s) for s in server or []), server_log=server_log, expect=expect)
+        target_quant=target_quant, emulate=emulate, draft_context=draft_context, target_gguf=target_gguf,
+        server_bin=server_bin, servers=tuple(_server(s) for s in server or []), engine=engine, server_log=server_log,
+        expect=expect)
     _check_parity_values(opts)
     o = Output(fmt, json_out, report_to, (target, drafter, *ggufs, target_gguf, prompts_file))
     env = Envelope("diagnose", 0, [], tuple(str(p) for p in (drafter, *ggufs)))
     try:
-        prompts = ids if ids is not None else read_prompts(prompt_ids, prompt, prompts_file, target, tokenizer_dir)
-        report = run_diagnose(target, drafter, prompts, drafter_ggufs=ggufs, options=opts,
-                              progress=lambda m: note(f"diagnose: {m}"))
-        paths = []
-        if plots is not None:
-            from ..diagnose.plots import write_plots
-
-            paths = [str(p) for p in write_plots(report, plots)]
+        if suite:
+            sets = suite_prompts(suite, target, tokenizer_dir, limit)
+        else:
+            sets = [(None, ids if ids is not None else read_prompts(prompt_ids, prompt, prompts_file, target,
+                                                                    tokenizer_dir))]
+        reports = run_suites(target, drafter, sets, drafter_ggufs=ggufs, options=opts,
+                             progress=lambda m: note(f"diagnose: {m}"))
+        paths = _plots(reports, plots) if plots is not None else []
     except DflashError as exc:  # CI reads the report: a failed run is still one document
         env.findings.append(sources.failure("diagnose", drafter, exc))
         o.fail(env, exc)
         raise
-    verdict, rec = report.verdict(), report.recommendation()
-    gate = None
-    code = 0
-    if max_stage_loss is not None:  # a runtime that fails with a drafter loses all of it: the gate fails too
-        gate = {"max_stage_loss": max_stage_loss, "loss": verdict.loss,
-                "passed": verdict.loss <= max_stage_loss and not verdict.failures}
-        if not gate["passed"]:
-            from ..verdict.findings import ERROR, Finding
-
-            code = EXIT_DIAGNOSE
-            lost = next(x for x in report.lanes if x.name == verdict.drafter)  # the file to blame
-            env.findings.append(Finding("diagnose", "diagnose-max-stage-loss", ERROR, lost.path or str(drafter),
-                                        verdict.text + (f" > --max-stage-loss {max_stage_loss:g}"
-                                                        if verdict.loss > max_stage_loss else ""),
-                                        f"stage {verdict.stage}"))
-    env.payload = {**report.to_json(), "gate": gate, "plots": paths}
-    head = "diagnose: PASS" if code == 0 else f"diagnose: FAIL (exit {code})"
-    tail = "" if not code else (f"; loss {verdict.loss:.3f} > --max-stage-loss {max_stage_loss:g}"
-                                if verdict.loss > max_stage_loss else "; the runtime failed with a drafter")
-    recommend = f"; recommended: {rec.drafter.name}" if rec.drafter is not None else ""
-    env.conclude(code, f"{head}: {verdict.text}{tail}{recommend}")
-    o.emit(env, lambda: _render(report, verdict, rec, paths))
+    judged = [(r, r.verdict(), r.recommendation()) for r in reports]
+    gate, code = _gate(judged, max_stage_loss, env, drafter)
+    payloads = [r.to_json() for r in reports]
+    env.payload = ({**payloads[0], "gate": gate, "plots": paths} if len(reports) == 1 else
+                   {"schema": payloads[0]["schema"], "suites": payloads, "gate": gate, "plots": paths})
+    env.conclude(code, _summary(judged, code, max_stage_loss))
+    o.emit(env, lambda: _render_all(judged, paths))
     raise typer.Exit(env.exit_code)
+
+
+def _check_prompts(prompt_ids, prompt, prompts_file, suite, limit) -> list[list[int]] | None:
+    """--suite or exactly one of parity's prompt options; --prompt-ids parsed."""
+    if limit is not None and not suite:
+        raise UsageError("--limit takes the first N prompts of each --suite: give --suite")
+    if suite:
+        if any(x is not None for x in (prompt_ids, prompt, prompts_file)):
+            raise UsageError("give --suite or one of --prompt-ids, --prompt, --prompts-file, not both")
+        if limit is not None and limit < 1:
+            raise UsageError(f"--limit {limit}: must be at least 1")
+        return None
+    return check_prompt_options(prompt_ids, prompt, prompts_file)
+
+
+def _plots(reports, plots: Path) -> list[str]:
+    """One set of PNGs; with several suites, one set per suite in its own folder."""
+    from ..diagnose.plots import write_plots
+
+    if len(reports) == 1:
+        return [str(p) for p in write_plots(reports[0], plots)]
+    return [str(p) for r in reports for p in write_plots(r, plots / _folder(r.settings["suite"]))]
+
+
+def _folder(name: str) -> str:
+    """A suite's name as a folder name (a suite given as a path keeps its stem)."""
+    stem = Path(name).stem if name.endswith(".jsonl") else name
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in stem) or "suite"
+
+
+def _gate(judged, max_stage_loss, env, drafter) -> tuple[dict | None, int]:
+    """--max-stage-loss over every suite: one finding per suite that exceeds it (or whose runtime
+    failed with a drafter: that loses all of it)."""
+    if max_stage_loss is None:
+        return None, 0
+    from ..verdict.findings import ERROR, Finding
+
+    failed = [(r, v) for r, v, _ in judged if v.loss > max_stage_loss or v.failures]
+    for r, v in failed:
+        lost = next(x for x in r.lanes if x.name == v.drafter)  # the file to blame
+        where = "" if r.settings.get("suite") is None else f"suite {r.settings['suite']}: "
+        env.findings.append(Finding("diagnose", "diagnose-max-stage-loss", ERROR, lost.path or str(drafter),
+                                    where + v.text + (f" > --max-stage-loss {max_stage_loss:g}"
+                                                      if v.loss > max_stage_loss else ""), f"stage {v.stage}"))
+    loss = max(v.loss for _, v, _ in judged)
+    return {"max_stage_loss": max_stage_loss, "loss": loss, "passed": not failed}, EXIT_DIAGNOSE if failed else 0
+
+
+def _summary(judged, code: int, max_stage_loss) -> str:
+    head = "diagnose: PASS" if code == 0 else f"diagnose: FAIL (exit {code})"
+    loss = max(v.loss for _, v, _ in judged)
+    tail = "" if not code else (f"; loss {loss:.3f} > --max-stage-loss {max_stage_loss:g}"
+                                if loss > max_stage_loss else "; the runtime failed with a drafter")
+    if len(judged) == 1:
+        _, v, rec = judged[0]
+        return f"{head}: {v.text}{tail}" + (f"; recommended: {rec.drafter.name}" if rec.drafter is not None else "")
+    per = "; ".join(f"{r.settings['suite']}: {v.text}" + (f" (recommended: {rec.drafter.name})"
+                                                          if rec.drafter is not None else "") for r, v, rec in judged)
+    return f"{head}: {per}{tail}"
 
 
 def _server(text: str) -> tuple[str | None, str]:
@@ -148,7 +198,14 @@ def _cell(report, lane, stage: str, deltas) -> str:
     return text + f"\nrate {rate.mean:.3f}" + (f" ± {rate.sd:.3f}" if runs else "")
 
 
-def _render(report, verdict, rec, plots) -> None:
+def _render_all(judged, plots: list[str]) -> None:
+    for report, verdict, rec in judged:
+        _render(report, verdict, rec)
+    if plots:
+        note("plots: " + ", ".join(plots))
+
+
+def _render(report, verdict, rec) -> None:
     from rich.table import Table
 
     from ..diagnose.report import STAGES, number
@@ -157,7 +214,8 @@ def _render(report, verdict, rec, plots) -> None:
     temp = "greedy" if st["temperature"] == 0 else f"temperature {st['temperature']}, seed {st['seed']}"
     shown = [s for s in STAGES if any(s in x.values for x in report.lanes)]
     deltas = {(d.drafter, d.stage): d for d in report.deltas()}
-    t = Table(title=f"diagnose: mean acceptance length (change from the stage before; 'real' = beyond 1σ), "
+    suite = "" if st.get("suite") is None else f"suite {st['suite']}: "
+    t = Table(title=f"diagnose: {suite}mean acceptance length (change from the stage before; 'real' = beyond 1σ), "
                     f"{st['prompts']} prompt(s) × {st['runs']} run(s), {st['max_new_tokens']} new tokens, {temp}")
     for c in ("drafter", "type", "bytes", *(f"{number(s)} {s}" for s in shown), "top-1 / KL (teacher-forced)"):
         t.add_column(c, overflow="fold")
@@ -171,6 +229,8 @@ def _render(report, verdict, rec, plots) -> None:
     for s in report.stages:
         if not s.ran:
             out.print(f"stage {number(s.name)} ({s.name}) not run: {s.why}", markup=False)
+        elif s.name == "target":  # which target it was: round-tripped, or the served file itself
+            out.print(f"stage 3 (target): {'; '.join(s.notes)}", markup=False)
     for lane in report.lanes:
         for s, why in lane.skipped.items():
             warn(f"{esc(lane.name)}: stage {number(s)} ({s}) skipped: {esc(why)}")
@@ -191,9 +251,8 @@ def _render(report, verdict, rec, plots) -> None:
             parts.append(f"the best at stage {number(exp['last_stage'])} ({exp['last_stage']}) "
                          f"{exp['best_at_last_stage']:.3f}")
         out.print("expect: " + "; ".join(parts), markup=False)
-    out.print(f"verdict: {verdict.stage or 'none'}: {verdict.text}", markup=False)
+    out.print(f"verdict{'' if st.get('suite') is None else ' (' + st['suite'] + ')'}: {verdict.stage or 'none'}: "
+              f"{verdict.text}", markup=False)
     for f in verdict.facts:
         out.print(f"  - {f}", markup=False)
-    out.print(f"recommendation: {rec.text}", markup=False)
-    if plots:
-        note("plots: " + ", ".join(plots))
+    out.print(f"recommendation{'' if st.get('suite') is None else ' (' + st['suite'] + ')'}: {rec.text}", markup=False)

@@ -2,7 +2,8 @@
 
 * ``waterfall.png``: mean acceptance length at each stage, one line per drafter (error bars:
   sd over runs); every GGUF's line starts at the checkpoint's stage-1 value, so the step down
-  is where it loses; ``--expect`` as a dashed ceiling;
+  is where it loses; the checkpoint's line is flat across stage 2 (no file there, nothing
+  changes for it), marked only where measured; ``--expect`` as a dotted ceiling;
 * ``acceptance_by_position.png``: acceptance at each draft position, one panel per stage, one
   line per drafter: where in the block a stage loses the target.
 """
@@ -12,6 +13,8 @@ from pathlib import Path
 
 from ..errors import OutputError
 from .report import STAGES, DiagnoseReport, number
+
+DPI = 90  # each PNG well under 150 KB with five drafters and five stages (the docs embed them)
 
 
 def require_matplotlib() -> None:
@@ -62,10 +65,17 @@ def _waterfall(plt, report: DiagnoseReport, path: Path) -> Path:
             pts.insert(0, ("reference", start))  # the chain every GGUF starts from
         if not pts:
             continue
-        xs = [stages.index(s) for s, _ in pts]
-        ax.errorbar(xs, [v.mean_acceptance_length.mean for _, v in pts],
-                    yerr=[v.mean_acceptance_length.sd for _, v in pts], marker="o", ms=4, capsize=3,
-                    color=f"C{i % 10}", ls="--" if lane.is_checkpoint else "-", label=lane.name)
+        line = list(pts)  # the points the line passes through; the markers stay on the measured ones
+        if lane.is_checkpoint and "conversion" in stages and "reference" in lane.values and len(pts) > 1:
+            line.insert(1, ("conversion", lane.values["reference"]))  # stage 2 changes nothing for it
+        # the checkpoint black and on top: a GGUF that keeps its acceptance would hide it otherwise
+        color = "k" if lane.is_checkpoint else f"C{i % 10}"
+        ax.plot([stages.index(s) for s, _ in line], [v.mean_acceptance_length.mean for _, v in line], color=color,
+                ls="--" if lane.is_checkpoint else "-", marker="o", ms=4, label=lane.name,
+                zorder=3 if lane.is_checkpoint else 2,
+                markevery=[k for k, pt in enumerate(line) if any(pt is q for q in pts)])
+        ax.errorbar([stages.index(s) for s, _ in pts], [v.mean_acceptance_length.mean for _, v in pts],
+                    yerr=[v.mean_acceptance_length.sd for _, v in pts], fmt="none", capsize=3, color=color)
     if report.expect is not None:
         ax.axhline(report.expect, color="grey", lw=0.9, ls=":", label=f"published {report.expect:g}")
     ax.set_xticks(range(len(stages)), [f"{number(s)} {s}" for s in stages], rotation=15)
@@ -77,7 +87,7 @@ def _waterfall(plt, report: DiagnoseReport, path: Path) -> Path:
     else:
         ax.text(0.5, 0.5, "no stage measured", ha="center", va="center", transform=ax.transAxes)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=DPI)
     return path
 
 
@@ -93,8 +103,9 @@ def _by_position(plt, report: DiagnoseReport, path: Path) -> Path:
             v = lane.values.get(s)
             if v is None or not v.per_position:
                 continue
-            ax.plot(range(1, len(v.per_position) + 1), v.per_position, marker="o", ms=3, color=f"C{i % 10}",
-                    label=lane.name)
+            ax.plot(range(1, len(v.per_position) + 1), v.per_position, marker="o", ms=3,
+                    color="k" if lane.is_checkpoint else f"C{i % 10}", ls="--" if lane.is_checkpoint else "-",
+                    zorder=3 if lane.is_checkpoint else 2, label=lane.name)
         ax.set_title(f"stage {number(s)}: {s}")
         ax.set_xlabel("draft position")
         ax.set_ylabel("acceptance")
@@ -107,5 +118,5 @@ def _by_position(plt, report: DiagnoseReport, path: Path) -> Path:
         if not stages:
             ax.text(0.5, 0.5, "no per-position data", ha="center", va="center", transform=ax.transAxes)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=DPI)
     return path

@@ -1,17 +1,20 @@
 """`diagnose` on the command line (cli/diagnose.py): bad inputs are one line and exit 2 before
 anything runs; the trained pair of fixtures/runtime with a planted wrong-theta GGUF ends in the
-conversion verdict; a runtime (the fake llama-server) that loses what the emulated rules keep is
-"runtime", gated by --max-stage-loss (exit 32); without torch stage 5 still runs."""
+conversion verdict, with a badly quantized served target (--target-gguf) in the target verdict;
+a runtime (the fake llama-server) that loses what the emulated rules keep is "runtime", gated by
+--max-stage-loss (exit 32); without torch stage 5 still runs, per --suite, and on a running
+vLLM endpoint (--engine vllm)."""
 import json
 import shutil
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 
 from dflash_gguf.errors import EXIT_DIAGNOSE
 from tests.conftest import RUNTIME
-from tests.diagnose import plant_theta
+from tests.diagnose import plant_target, plant_theta
 from tests.verdict.conftest import envelope_validator, sarif_validator
 
 BASE = ("diagnose", "--target", RUNTIME / "target", "--device", "cpu", "--jobs", "1")
@@ -42,6 +45,14 @@ def second_prompt(tmp_path):
     (("--drafter", RUNTIME / "drafter", "--prompt-ids", "1,2", "--max-stage-loss", "-1"), "--max-stage-loss -1"),
     (("--drafter", RUNTIME / "drafter", "--prompt-ids", "1,2", "--expect", "0.5"), "--expect 0.5"),
     (("--drafter", RUNTIME / "drafter", "--prompt-ids", "1,2", "--emulate", "vllm"), "--emulate 'vllm'"),
+    (("--drafter", RUNTIME / "drafter", "--prompt-ids", "1,2", "--draft-context", "0"), "--draft-context 0"),
+    (("--drafter", RUNTIME / "drafter", "--prompt-ids", "1,2", "--engine", "tgi", "--server", "http://127.0.0.1:9"),
+     "--engine 'tgi': choose llama.cpp, vllm, sglang"),
+    (("--drafter", RUNTIME / "drafter", "--prompt-ids", "1,2", "--engine", "vllm"), "point --server at the running vllm"),
+    (("--drafter", RUNTIME / "drafter", "--prompt-ids", "1,2", "--suite", "chat"), "give --suite or one of"),
+    (("--drafter", RUNTIME / "drafter", "--prompt-ids", "1,2", "--limit", "2"), "--limit takes the first N prompts"),
+    (("--drafter", RUNTIME / "drafter", "--suite", "chat", "--limit", "0"), "--limit 0: must be at least 1"),
+    (("--drafter", RUNTIME / "drafter", "--suite", "nope"), "--suite 'nope': not a suite name"),
 ])
 def test_bad_inputs_are_one_line_and_exit_2(cli, args, says):
     code, so, se = cli(*BASE, *args)
@@ -68,6 +79,25 @@ def test_the_trained_pair_with_a_planted_theta_ends_in_the_conversion_verdict(cl
     p = env["payload"]
     assert p["verdict"]["stage"] == "conversion" and p["settings"]["prompts"] == 5
     assert p["recommendation"]["drafter"]["name"] == "drafter.gguf"
+
+
+def test_a_badly_quantized_served_target_is_the_target_stage(cli, tmp_path, second_prompt):
+    pytest.importorskip("torch", reason="torch is not installed (the [torch] extra)")
+    served = plant_target(tmp_path / "target-Q4_0.gguf")
+    code, so, se = cli(*BASE, "--drafter", RUNTIME / "drafter", "--drafter-gguf", RUNTIME / "drafter.gguf",
+                       *second_prompt, "--max-new-tokens", "24", "--target-gguf", served, "--json")
+    assert code == 0, se
+    p = json.loads(so)["payload"]
+    assert p["verdict"]["stage"] == "target", p["verdict"]["text"]
+    assert p["verdict"]["facts"][0] == "target as served: target-Q4_0.gguf (Q4_0)"
+    assert p["settings"]["target_stage3"] == {"source": "served", "quant": "Q4_0", "path": str(served),
+                                              "label": "target as served: target-Q4_0.gguf (Q4_0)"}
+    good = next(x for x in p["drafters"] if x["name"] == "drafter.gguf")
+    conversion = next(d for d in p["deltas"] if d["drafter"] == "drafter.gguf" and d["stage"] == "conversion")
+    assert conversion["loss"] == 0  # stage 2 is lossless: the drafter file is not to blame
+    target = good["stages"]["target"]["mean_acceptance_length"]["mean"]
+    assert target < good["stages"]["conversion"]["mean_acceptance_length"]["mean"]
+    assert good["stages"]["runtime-semantics"]["mean_acceptance_length"]["mean"] == pytest.approx(target)
 
 
 def test_a_runtime_that_loses_what_its_rules_keep_is_blamed_and_gated(cli, tmp_path, fake_bin, fake_env, second_prompt):
@@ -149,6 +179,56 @@ def test_a_running_server_is_measured_as_the_drafter_it_is_named_with(cli, tmp_p
     assert "runtime" in by_name["good.gguf"]["stages"], (by_name["good.gguf"]["skipped"], p["stages"][4]["why"])
     assert "runtime" in by_name["good.gguf"]["stages"] and "runtime" not in by_name["drafter.gguf"]["stages"]
     assert by_name["good.gguf"]["stages"]["runtime"]["acceptance_rate"]["mean"] > 0
+
+
+def test_each_suite_has_its_verdict_and_recommendation(cli, tmp_path, fake_bin, fake_env, no_torch):
+    pytest.importorskip("matplotlib", reason="matplotlib is not installed (the [plots] extra)")
+    a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    a.write_text('{"prompt_ids": [1, 5, 9, 33]}\n{"prompt_ids": [2, 6]}\n')
+    b.write_text('{"prompt_ids": [7, 8, 9]}\n')
+    code, so, se = cli(*BASE, "--drafter", RUNTIME / "drafter", "--drafter-gguf", RUNTIME / "drafter.gguf",
+                       "--suite", a, "--suite", b, "--limit", "1", "--max-new-tokens", "8", "--server-bin", fake_bin,
+                       "--target-gguf", RUNTIME / "target.gguf", "--json", "--plots", tmp_path / "plots")
+    assert code == 0, se
+    env = json.loads(so)
+    envelope_validator().validate(env)
+    p = env["payload"]
+    assert [x["settings"]["suite"] for x in p["suites"]] == ["a", "b"]
+    assert [x["settings"]["prompt_tokens"] for x in p["suites"]] == [[4], [3]]  # --limit 1 each
+    for x in p["suites"]:
+        assert x["stages"][4]["ran"] and x["recommendation"]["drafter"]["name"] == "drafter.gguf"
+        assert "runtime" in x["drafters"][1]["stages"]
+    assert "a: " in env["summary"] and "; b: " in env["summary"]
+    assert sorted(str(Path(x).relative_to(tmp_path / "plots")) for x in p["plots"]) == [
+        "a/acceptance_by_position.png", "a/waterfall.png", "b/acceptance_by_position.png", "b/waterfall.png"]
+
+
+def test_a_running_vllm_endpoint_is_stage_5(cli, tmp_path, no_torch):
+    import os
+    import sys
+
+    from dflash_gguf.bench.server import free_port
+    from tests.bench.conftest import FAKE
+
+    good = tmp_path / "good.gguf"
+    shutil.copyfile(RUNTIME / "drafter.gguf", good)
+    port = free_port()
+    srv = subprocess.Popen([sys.executable, str(FAKE), "-m", str(RUNTIME / "target.gguf"), "-md", str(good), "--port",
+                            str(port), "--spec-draft-n-max", "15"], env={**os.environ, "FAKE_ENGINE": "vllm"},
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        _wait_healthy(port)
+        code, so, se = cli(*BASE, "--drafter", RUNTIME / "drafter", "--drafter-gguf", good, "--prompt-ids", "1,5,9,33",
+                           "--max-new-tokens", "8", "--server", f"http://127.0.0.1:{port}", "--engine", "vllm", "--json")
+    finally:
+        srv.terminate()
+        srv.wait(10)
+    assert code == 0, se
+    p = json.loads(so)["payload"]
+    assert p["settings"]["engine"] == "vllm"
+    assert p["stages"][4]["ran"] and "running vllm server(s)" in p["stages"][4]["notes"][0]
+    runtime = p["drafters"][1]["stages"]["runtime"]  # vLLM's counters give the steps: a mean acceptance length
+    assert runtime["mean_acceptance_length"]["mean"] > 1 and runtime["steps"] > 0
 
 
 def _wait_healthy(port: int, within: float = 10.0) -> None:

@@ -1,13 +1,14 @@
 """diagnose's stages run for real (diagnose/stages.py) on the trained pair of fixtures/runtime: a
 GGUF with a planted wrong RoPE theta is attributed to the conversion, a --quants file is made
 and judged, the quantized target runs as stage 3, every GGUF runs with llama.cpp's rules as
-stage 4, and stage 5 runs in a real llama-server when one is built."""
+stage 4, a draft context shorter than the prompt is attributed to the runtime's semantics, and
+stage 5 runs in a real llama-server when one is built (with the served target quantized)."""
 import json
 
 import pytest
 
 from tests.conftest import RUNTIME
-from tests.diagnose import plant_theta
+from tests.diagnose import plant_target, plant_theta
 
 pytest.importorskip("torch", reason="torch is not installed (the [torch] extra)")
 
@@ -27,7 +28,9 @@ def diagnosed(tmp_path_factory):
 
     tmp = tmp_path_factory.mktemp("diagnose")
     theta = plant_theta(tmp / "theta.gguf")
-    opts = DiagnoseOptions(max_new_tokens=N_NEW, device="cpu", jobs=1, quants=("q8_0",), target_quant="q2_k")
+    # a quantized served target too: --target-quant wins, stage 3 round-trips --target
+    opts = DiagnoseOptions(max_new_tokens=N_NEW, device="cpu", jobs=1, quants=("q8_0",), target_quant="q2_k",
+                           target_gguf=plant_target(tmp / "target-Q4_0.gguf"))
     return run_diagnose(RUNTIME / "target", RUNTIME / "drafter", _first_prompt(),
                         drafter_ggufs=[RUNTIME / "drafter.gguf", theta], options=opts)
 
@@ -59,6 +62,9 @@ def test_the_good_gguf_and_its_quantized_copy_keep_the_reference(diagnosed):
 
 def test_stage_3_runs_and_is_blamed_only_if_it_loses(diagnosed):
     assert diagnosed.stage("target").ran
+    assert diagnosed.stage("target").notes[0] == "the target's weights round-tripped through Q2_K (--target-quant)"
+    assert "the served target-Q4_0.gguf (Q4_0) is stage 5's target only" in diagnosed.stage("target").notes[1]
+    assert diagnosed.settings["target_stage3"]["source"] == "target-quant"
     assert all("target" in x.values for x in diagnosed.lanes)
     # without the planted file, what does the quantized target do to the good drafters?
     sub = type(diagnosed)(diagnosed.settings, diagnosed.stages,
@@ -89,14 +95,33 @@ def test_stage_5_says_why_it_did_not_run_and_the_recommendation_is_at_stage_4(di
     json.dumps(diagnosed.to_json())
 
 
-def test_stage_5_in_a_real_llama_server(llama_server_bin, tmp_path):
+def test_a_draft_context_shorter_than_the_prompt_is_the_runtime_semantics_stage():
     from dflash_gguf.diagnose import DiagnoseOptions, run_diagnose
 
-    opts = DiagnoseOptions(max_new_tokens=16, device="cpu", jobs=1, server_bin=llama_server_bin,
-                           target_gguf=RUNTIME / "target.gguf")
+    # the prompt has 49 tokens: with 16 of them as its context the drafter loses the target
+    opts = DiagnoseOptions(max_new_tokens=24, device="cpu", jobs=1, draft_context=16)
+    r = run_diagnose(RUNTIME / "target", RUNTIME / "drafter", _first_prompt(), drafter_ggufs=[RUNTIME / "drafter.gguf"],
+                     options=opts)
+    verdict = r.verdict()
+    assert verdict.stage == "runtime-semantics", verdict.text
+    assert "conversion" not in verdict.losses  # the GGUF keeps the checkpoint's acceptance
+    assert any("draft context capped at the last 16 positions (set explicitly" in f for f in verdict.facts)
+    for x in r.lanes:  # the checkpoint (parity's emulation) and the GGUF (ours) both lose it
+        assert x.values["runtime-semantics"].mean_acceptance_length.mean < x.values[
+            "reference" if x.is_checkpoint else "conversion"].mean_acceptance_length.mean
+        assert any("capped at the last 16" in n for n in x.values["runtime-semantics"].notes)
+    assert r.stage("target").why == "no --target-quant, and no quantized --target-gguf"
+
+
+def test_stage_5_in_a_real_llama_server_with_the_served_target_quantized(llama_server_bin, tmp_path):
+    from dflash_gguf.diagnose import DiagnoseOptions, run_diagnose
+
+    served = plant_target(tmp_path / "target-Q4_0.gguf")  # stage 3's target and llama-server's -m
+    opts = DiagnoseOptions(max_new_tokens=16, device="cpu", jobs=1, server_bin=llama_server_bin, target_gguf=served)
     r = run_diagnose(RUNTIME / "target", RUNTIME / "drafter", _first_prompt(), drafter_ggufs=[RUNTIME / "drafter.gguf"],
                      options=opts)
     good = lane(r, "drafter.gguf")
+    assert r.stage("target").ran and r.stage("target").notes == ["target as served: target-Q4_0.gguf (Q4_0)"]
     assert r.stage("runtime").ran, good.skipped
     assert good.values["runtime"].mean_acceptance_length.mean >= 1
-    assert any(d.stage == "runtime" for d in r.deltas())
+    assert any(d.stage == "runtime" and d.since == "runtime-semantics" for d in r.deltas())
