@@ -333,36 +333,43 @@ def main() -> None:
         while f.read(16 << 20):
             pass
     results: dict[int, list[tuple[float, float, float]]] = {i: [] for i in range(len(jobs))}
-    for r in range(args.repeat):
-        order = list(range(len(jobs)))
-        if r % 2:
-            order.reverse()  # alternate which job runs first
-        for i in order:
-            label, ft, n, argv, env, out = jobs[i]
-            out.unlink(missing_ok=True)
-            results[i].append(run_child(argv, env, args.work / "job.log"))
+    ref_of = {(ft, n): i for i, (label, ft, n, *_r) in enumerate(jobs) if label == "llama.cpp"}
+    same: dict[int, str] = {}
+    # one (type, threads) group at a time: its jobs alternate, its files are compared with the
+    # reference's and removed before the next group (every type's outputs at once would be ~45 GB)
+    groups: dict[tuple[str, int], list[int]] = {}
+    for i, (_label, ft, n, *_r) in enumerate(jobs):
+        groups.setdefault((ft, n), []).append(i)
+    for key, members in groups.items():
+        for r in range(args.repeat):
+            for i in (members if r % 2 == 0 else members[::-1]):  # alternate which job runs first
+                label, ft, n, argv, env, out = jobs[i]
+                out.unlink(missing_ok=True)
+                results[i].append(run_child(argv, env, args.work / "job.log"))
+        j = ref_of.get(key)
+        for i in members:
+            if j is not None and i != j:
+                same[i] = "identical" if filecmp.cmp(jobs[i][5], jobs[j][5], shallow=False) else "DIFFER"
+        for i in members:
+            jobs[i][5].unlink(missing_ok=True)
 
     print(f"\nwhole process, {args.repeat} alternated runs each; wall and CPU: best / median; peak RSS: max "
           f"(shared {all_cores}-core machine: noisy)")
     print(f"{'job':17s} {'ftype':7s} {'thr':>3s} {'wall best':>10s} {'median':>8s} {'CPU best':>9s} {'median':>8s} "
           f"{'peak RSS':>9s} {'vs llama.cpp':>12s}  bytes")
-    ref_of = {(ft, n): i for i, (label, ft, n, *_r) in enumerate(jobs) if label == "llama.cpp"}
     for i, (label, ft, n, argv, env, out) in enumerate(jobs):
         res = results[i]
         walls, cpus, rss = [x[0] for x in res], [x[1] for x in res], max(x[2] for x in res)
-        ratio, same = "", ""
+        ratio = ""
         j = ref_of.get((ft, n))
         if j is not None and j != i:
             ratio = f"{min(x[0] for x in results[j]) / min(walls):.2f}x"
-            same = "identical" if filecmp.cmp(out, jobs[j][5], shallow=False) else "DIFFER"
         elif j == i:
             ratio = "1.00x"
         print(f"{label:17s} {ft:7s} {n:3d} {min(walls):9.2f}s {statistics.median(walls):7.2f}s {min(cpus):8.2f}s "
-              f"{statistics.median(cpus):7.2f}s {rss:7.0f}Mi {ratio:>12s}  {same}")
+              f"{statistics.median(cpus):7.2f}s {rss:7.0f}Mi {ratio:>12s}  {same.get(i, '')}")
     print("vs llama.cpp: reference best wall / ours best wall (>1: ours faster); bytes: whole output file vs the "
           "reference's")
-    for label, ft, n, argv, env, out in jobs:
-        out.unlink(missing_ok=True)
 
 
 if __name__ == "__main__":

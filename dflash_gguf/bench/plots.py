@@ -20,12 +20,12 @@ def require_matplotlib() -> None:
     require("matplotlib", "--plots", "plots", alternative="or drop --plots")
 
 
-def write_plots(report: BenchReport, out_dir: str | Path) -> list[Path]:
-    """Write the PNGs into ``out_dir`` (created); returns their paths.
+def plot_dir(out_dir: str | Path):
+    """(pyplot on the file-only Agg backend, ``out_dir`` created) for a command's --plots.
 
     Raises:
         UsageError: matplotlib is not installed.
-        OutputError: the directory cannot be created or written.
+        OutputError: the directory cannot be created.
     """
     require_matplotlib()
     import matplotlib
@@ -38,6 +38,17 @@ def write_plots(report: BenchReport, out_dir: str | Path) -> list[Path]:
         d.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise OutputError(f"--plots {d}: cannot create it ({exc.strerror})") from None
+    return plt, d
+
+
+def write_plots(report: BenchReport, out_dir: str | Path) -> list[Path]:
+    """Write the PNGs into ``out_dir`` (created); returns their paths.
+
+    Raises:
+        UsageError: matplotlib is not installed.
+        OutputError: the directory cannot be created or written.
+    """
+    plt, d = plot_dir(out_dir)
     drafted = [r for r in report.rows if r.source is not None]
     groups = sorted({(r.suite, r.mode) for r in drafted})
     paths = []

@@ -31,17 +31,9 @@ def write_plots(report: DiagnoseReport, out_dir: str | Path) -> list[Path]:
         UsageError: matplotlib is not installed.
         OutputError: the directory cannot be created or written.
     """
-    require_matplotlib()
-    import matplotlib
+    from ..bench.plots import plot_dir
 
-    matplotlib.use("Agg")  # files only, never a window
-    import matplotlib.pyplot as plt
-
-    d = Path(out_dir)
-    try:
-        d.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise OutputError(f"--plots {d}: cannot create it ({exc.strerror})") from None
+    plt, d = plot_dir(out_dir)
     try:
         return [_waterfall(plt, report, d / "waterfall.png"), _by_position(plt, report, d / "acceptance_by_position.png")]
     except OSError as exc:
