@@ -10,6 +10,10 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
+
+#: GGUF target architectures the torch reference loads (reference/from_gguf.py), here so that code
+#: without torch (diagnose's stage planning) can ask.
+REFERENCE_GGUF_TARGET_ARCHS = ("qwen3", "llama")
 from .attention import HFAttention, parse_hf_attention, parse_layer_names
 from .rope import RopeScaling, parse_rope
 from .values import MAX_HEAD_DIM, MAX_LAYERS, Resolver, flag, read_config_json

@@ -79,7 +79,7 @@ def _cannot_load(path: Path, target: str | Path) -> str | None:
     read from the header, before any stage runs."""
     from ..fileio.gguf_reader import read_gguf
     from ..quants import QUANTIZE_TYPES
-    from ..reference.from_gguf import SUPPORTED_TARGET_ARCHS
+    from ..config.target import REFERENCE_GGUF_TARGET_ARCHS as SUPPORTED_TARGET_ARCHS  # no torch
 
     f = read_gguf(path)
     if f.arch not in SUPPORTED_TARGET_ARCHS:

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from ..config import DrafterConfig, TargetConfig, parse_config, parse_target_config
+from ..config.target import REFERENCE_GGUF_TARGET_ARCHS as SUPPORTED_TARGET_ARCHS
 from ..errors import ConfigError, GGUFFormatError, QuantizationError, WeightsError
 from ..formats import meta_from_gguf
 from ..fileio.gguf_header import show
@@ -215,7 +216,6 @@ def compare_with_config(gguf_cfg: DrafterConfig, cfg: DrafterConfig, path) -> li
 
 
 # --- target (qwen3 / llama GGUF, as llama.cpp's converter writes them) -------------------------
-SUPPORTED_TARGET_ARCHS = ("qwen3", "llama")
 
 
 def unpermute_rope(w: np.ndarray, n_head: int) -> np.ndarray:
