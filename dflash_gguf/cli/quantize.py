@@ -54,7 +54,8 @@ def quantize_cmd(
     else:
         from ._kernels import compile_pending
 
-        compile_pending({t.ggml_type for t in plan.tensors}, bf16_input=any(t.src_type.name == "BF16" for t in plan.tensors))
+        converted = [t for t in plan.tensors if t.quantized]  # the rest is copied as stored
+        compile_pending({t.ggml_type for t in converted}, bf16_input=any(t.src_type.name == "BF16" for t in converted))
         total = sum(t.nbytes for t in plan.tensors)
         with byte_progress(total, f"quantizing → {dst.name}", enabled=not json_out) as advance:
             result = quantize_gguf(src, dst, ftype, allow_requantize=allow_requantize, force=force, progress=advance,

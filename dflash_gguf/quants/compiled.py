@@ -80,8 +80,10 @@ def cache_dir(k: Kernel | None = None) -> str | None:
 
 
 def pending(kernels: Iterable[Kernel]) -> list[Kernel]:
-    """The kernels a job would compile: all of them while numba is on, less those cached."""
-    if not _numba.enabled():
+    """The kernels a job would compile: all of them while numba is on, less those cached. No
+    kernel asked for imports nothing (a copy-only job never loads numba)."""
+    kernels = list(kernels)
+    if not kernels or not _numba.enabled():
         return []
     return [k for k in kernels if is_cached(k) is not True]
 

@@ -2,8 +2,9 @@
 its KV order, with the bit-exact quantizers. The layout itself (types, order, KVs) is
 ``layout.requantize_layout``, shared with ``convert``.
 
-Streaming on ``threads`` workers: every tensor is cut into tasks of whole rows (about
-``TASK_VALUES`` values, or ``COPY_BYTES`` for a tensor copied as is). A task reads its own input
+Streaming on ``threads`` workers: every tensor to convert is cut into tasks of whole rows (about
+``TASK_VALUES`` values; a tensor kept in its type is copied file to file by the writer, as
+fileio/span_copy.py copies for convert). A task reads its own input
 bytes (positional reads, no memory map: mapped pages would stay resident for the whole run),
 decodes them to float32, refuses NaN/inf and quantizes; the writer takes the results in file
 order. At most ``2 * threads + 1`` tasks are under way, across tensor boundaries, so the workers
@@ -26,7 +27,7 @@ import numpy as np
 
 from ..errors import QuantizationError, UsageError
 from ..fileio.gguf_reader import GGUFFile, TensorReader, read_gguf
-from ..fileio.gguf_writer import TensorOut, WriteReport, write_gguf
+from ..fileio.gguf_writer import FileSpan, TensorOut, WriteReport, write_gguf
 from ..fileio.outputs import check_output
 from ..fileio.types import KV, TensorInfo
 from . import workers
@@ -37,8 +38,6 @@ from .scratch import Scratch
 
 #: Input values per quantization task (whole rows; one row when a row is longer).
 TASK_VALUES = 1 << 20
-#: Bytes per task of a tensor copied untouched.
-COPY_BYTES = 4 << 20
 
 
 @dataclass(frozen=True)
@@ -133,8 +132,14 @@ class _Pipeline:
         self.pool.shutdown(wait=True)  # no worker may read once the reader is closed
         self.reader.close()
 
-    def add(self, t: TensorInfo, e: QuantEntry) -> Callable[[], Iterator[np.ndarray]]:
-        """Queue tensor ``t``'s tasks (to become ``e``); returns its producer for the writer."""
+    def add(self, t: TensorInfo, e: QuantEntry) -> Callable[[], Iterator[np.ndarray] | list[FileSpan]]:
+        """Queue tensor ``t``'s tasks (to become ``e``); returns its producer for the writer.
+
+        A tensor kept in its type is its stored bytes, copied file to file by the writer (as
+        convert copies a bf16 tensor kept bf16): no task, nothing read into Python."""
+        if not e.quantized and t.nbytes:
+            span = [FileSpan(self.file.path, t.offset_abs, t.nbytes, t.name)]
+            return lambda: span
         number, self.n_tensors = self.n_tensors, self.n_tensors + 1
         work = list(_tasks(self, t, e))
         self.tasks += [(number, *w) for w in work]
@@ -160,10 +165,6 @@ class _Pipeline:
 def _tasks(pipe: _Pipeline, t: TensorInfo, e: QuantEntry) -> Iterator[tuple[bool, Callable[..., np.ndarray], tuple]]:
     """Tensor ``t``'s tasks: (run in a worker process?, function, its arguments)."""
     if t.nbytes == 0:  # a zero-element tensor (some ne is 0): no data, no task
-        return
-    if not e.quantized:  # same type: bytes copied untouched
-        for start in range(0, t.nbytes, COPY_BYTES):
-            yield False, pipe.reader.read, (t, start, min(COPY_BYTES, t.nbytes - start))
         return
     from .base import registered
 
