@@ -44,10 +44,10 @@ def worth_it(threads: int, entries: Sequence) -> bool:
     from . import _numba
     from .base import registered
 
-    if threads < 2 or _numba.enabled():
-        return False
     search = [e for e in entries if e.quantized and in_process(registered().get(e.ggml_type))]
-    return bool(search) and sum(prod(e.shape) for e in search) >= MIN_VALUES
+    if threads < 2 or not search or sum(prod(e.shape) for e in search) < MIN_VALUES:
+        return False
+    return not _numba.enabled()  # asked last: it imports numba, which a copy-only job never needs
 
 
 def in_process(cls) -> bool:
