@@ -64,6 +64,17 @@ def write_plots(report: BenchReport, out_dir: str | Path) -> list[Path]:
     return paths
 
 
+def position_axes(ax, title: str) -> None:
+    """An acceptance-by-draft-position panel's axes (bench's and diagnose's plots)."""
+    ax.set_title(title)
+    ax.set_xlabel("draft position")
+    ax.set_ylabel("acceptance")
+    ax.set_ylim(0, 1.02)
+    ax.grid(alpha=0.3)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=7)
+
+
 def _panels(plt, n: int, title: str):
     cols = min(n, 3) or 1
     rows = max(1, -(-n // cols))
@@ -79,13 +90,7 @@ def _by_position(plt, rows: list[Row], groups, path: Path) -> Path:
             xs = list(range(1, len(r.per_position) + 1))
             ax.errorbar(xs, [s.mean for s in r.per_position], yerr=[s.sd for s in r.per_position],
                         marker="o", ms=3, capsize=2, label=r.config)
-        ax.set_title(f"{suite} · {mode}")
-        ax.set_xlabel("draft position")
-        ax.set_ylabel("acceptance")
-        ax.set_ylim(0, 1.02)
-        ax.grid(alpha=0.3)
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize=7)
+        position_axes(ax, f"{suite} · {mode}")
     _blank(axes[len(groups):], "no per-position data" if not groups else "")
     fig.tight_layout()
     fig.savefig(path, dpi=110)

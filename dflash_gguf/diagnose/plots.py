@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..bench.plots import plot_dir, position_axes
 from ..errors import OutputError
 from .report import STAGES, DiagnoseReport, number
 
@@ -31,8 +32,6 @@ def write_plots(report: DiagnoseReport, out_dir: str | Path) -> list[Path]:
         UsageError: matplotlib is not installed.
         OutputError: the directory cannot be created or written.
     """
-    from ..bench.plots import plot_dir
-
     plt, d = plot_dir(out_dir)
     try:
         return [_waterfall(plt, report, d / "waterfall.png"), _by_position(plt, report, d / "acceptance_by_position.png")]
@@ -98,13 +97,7 @@ def _by_position(plt, report: DiagnoseReport, path: Path) -> Path:
             ax.plot(range(1, len(v.per_position) + 1), v.per_position, marker="o", ms=3,
                     color="k" if lane.is_checkpoint else f"C{i % 10}", ls="--" if lane.is_checkpoint else "-",
                     zorder=3 if lane.is_checkpoint else 2, label=lane.name)
-        ax.set_title(f"stage {number(s)}: {s}")
-        ax.set_xlabel("draft position")
-        ax.set_ylabel("acceptance")
-        ax.set_ylim(0, 1.02)
-        ax.grid(alpha=0.3)
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize=7)
+        position_axes(ax, f"stage {number(s)}: {s}")
     for ax in flat[len(stages):]:
         ax.axis("off")
         if not stages:
