@@ -95,9 +95,11 @@ def diagnose_cmd(
         env.findings.append(sources.failure("diagnose", drafter, exc))
         o.fail(env, exc)
         raise
-    judged = [(r, r.verdict(), r.recommendation()) for r in reports]
+    from ..diagnose.verdict import judge, recommend
+
+    judged = [(r, judge(r), recommend(r)) for r in reports]
     gate, code = _gate(judged, max_stage_loss, env, drafter)
-    payloads = [r.to_json() for r in reports]
+    payloads = [r.to_json(v, rec) for r, v, rec in judged]
     env.payload = ({**payloads[0], "gate": gate, "plots": paths} if len(reports) == 1 else
                    {"schema": payloads[0]["schema"], "suites": payloads, "gate": gate, "plots": paths})
     env.conclude(code, _summary(judged, code, max_stage_loss))

@@ -160,16 +160,6 @@ class DiagnoseReport:
                 prev = (s, v)
         return out
 
-    def verdict(self):
-        from .verdict import judge
-
-        return judge(self)
-
-    def recommendation(self):
-        from .verdict import recommend
-
-        return recommend(self)
-
     def last_stage(self) -> str | None:
         """The last stage any GGUF drafter was measured at (runtime, else runtime-semantics, …)."""
         for s in reversed(STAGES[1:]):
@@ -192,8 +182,10 @@ class DiagnoseReport:
             out["last_stage"], out["best_at_last_stage"] = s, best
         return out
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self, verdict, recommendation) -> dict[str, Any]:
+        """The payload, with the run's ``verdict.judge`` and ``verdict.recommend`` (computed once, by
+        the caller: the verdict module reads this one, not the other way round)."""
         return {"schema": SCHEMA, "settings": self.settings, "stages": [s.to_json() for s in self.stages],
                 "drafters": [x.to_json() for x in self.lanes], "deltas": [d.to_json() for d in self.deltas()],
-                "verdict": self.verdict().to_json(), "recommendation": self.recommendation().to_json(),
+                "verdict": verdict.to_json(), "recommendation": recommendation.to_json(),
                 "expect": self.expectation(), "server": self.server}

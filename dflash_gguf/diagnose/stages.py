@@ -21,7 +21,7 @@ from ..errors import DflashError, UsageError
 from ..metrics.spread import Stat
 from .options import DiagnoseOptions
 from .report import DiagnoseReport, Lane, StageRun, StageValue
-from .target import Stage3Target, plan_stage3
+from .target import Stage3Target, file_type, plan_stage3
 
 Progress = Callable[[str], None]
 PromptSet = tuple[str | None, Sequence[Sequence[int]]]  # (suite name or None, token ids of each prompt)
@@ -108,17 +108,6 @@ def _unique_names(paths: list[Path]) -> list[str]:
 
 def _gguf_lane(path: Path, name: str, origin: str) -> Lane:
     return Lane(name, str(path), origin, file_type(path), path.stat().st_size)
-
-
-def file_type(path: str | Path) -> str | None:
-    """The GGUF's ``general.file_type`` by llama-quantize's name (BF16, Q4_K_M), or None."""
-    from ..fileio.gguf_header import read_header
-    from ..quants.ftypes import ALIASES, QUANT_OPTIONS
-
-    ft = read_header(path).get("general.file_type")
-    if not isinstance(ft, int) or isinstance(ft, bool):
-        return None
-    return next((n for n, i in QUANT_OPTIONS if i == ft and n not in ALIASES and n != "COPY"), None)
 
 
 def _make_quants(target, drafter, lanes: list[Lane], opts: DiagnoseOptions, out: Path, say: Progress) -> list[Lane]:

@@ -40,11 +40,21 @@ class Stage3Target:
                 "label": self.label}
 
 
+def file_type(path: str | Path) -> str | None:
+    """The GGUF's ``general.file_type`` by llama-quantize's name (BF16, Q4_K_M), or None."""
+    from ..fileio.gguf_header import read_header
+    from ..quants.ftypes import ALIASES, QUANT_OPTIONS
+
+    ft = read_header(path).get("general.file_type")
+    if not isinstance(ft, int) or isinstance(ft, bool):
+        return None
+    return next((n for n, i in QUANT_OPTIONS if i == ft and n not in ALIASES and n != "COPY"), None)
+
+
 def served_quant(path: str | Path) -> str | None:
     """The file type of a GGUF with quantized weights (``general.file_type`` by llama-quantize's
     name, else ``mostly <TYPE>`` from its tensors), or None when every tensor is F32/F16/BF16."""
     from ..fileio.gguf_reader import read_gguf
-    from .stages import file_type
 
     types = Counter(t.ggml_type.name for t in read_gguf(path).tensors)
     quantized = Counter({k: n for k, n in types.items() if k not in FULL_PRECISION_TYPES})

@@ -6,6 +6,7 @@ import json
 import pytest
 
 from dflash_gguf.diagnose.report import DiagnoseReport, Lane, StageValue, change
+from dflash_gguf.diagnose.verdict import judge, recommend
 from dflash_gguf.metrics.spread import Stat
 
 
@@ -34,7 +35,7 @@ def test_a_wrong_conversion_is_the_conversion_stage():
     r = report(checkpoint(reference=v(15.75)),
                gguf("good.gguf", conversion=v(15.75), runtime_semantics=v(15.75)),
                gguf("theta.gguf", conversion=v(1.05), runtime_semantics=v(1.05)))
-    verdict = r.verdict()
+    verdict = judge(r)
     assert verdict.stage == "conversion" and verdict.drafter == "theta.gguf"
     assert verdict.loss == pytest.approx(14.7)
     assert any("full-precision file loses it" in f for f in verdict.facts)
@@ -44,7 +45,7 @@ def test_a_quantized_file_that_loses_blames_the_quantization_when_the_full_preci
     r = report(checkpoint(reference=v(10)),
                gguf("d-BF16.gguf", conversion=v(10)),
                gguf("d-Q2_K.gguf", "Q2_K", 90, "quantized", conversion=v(6)))
-    verdict = r.verdict()
+    verdict = judge(r)
     assert (verdict.stage, verdict.drafter) == ("conversion", "d-Q2_K.gguf")
     assert any("the loss is the quantization to Q2_K" in f for f in verdict.facts)
 
@@ -52,7 +53,7 @@ def test_a_quantized_file_that_loses_blames_the_quantization_when_the_full_preci
 def test_the_quantized_target_is_the_target_stage():
     r = report(checkpoint(reference=v(10), target=v(8), runtime_semantics=v(8)),
                gguf("d.gguf", conversion=v(10), target=v(8), runtime_semantics=v(8)))
-    verdict = r.verdict()
+    verdict = judge(r)
     assert verdict.stage == "target"
     assert any("round-tripped through Q4_K_M" in f for f in verdict.facts)
     assert any("the checkpoint drafter loses" in f for f in verdict.facts) or verdict.drafter == "checkpoint"
@@ -62,7 +63,7 @@ def test_the_emulated_rules_are_the_runtime_semantics_stage():
     ck, lane = checkpoint(reference=v(10), runtime_semantics=v(7)), gguf("d.gguf", conversion=v(10), runtime_semantics=v(7))
     for x in (ck, lane):
         x.values["runtime-semantics"].notes = ["all layers non-causal (the reference makes sliding layers causal)"]
-    verdict = report(ck, lane).verdict()
+    verdict = judge(report(ck, lane))
     assert verdict.stage == "runtime-semantics"
     assert any("non-causal" in f for f in verdict.facts)
 
@@ -71,7 +72,7 @@ def test_a_runtime_that_loses_what_its_emulated_rules_keep_is_a_runtime_bug():
     r = report(checkpoint(reference=v(10), runtime_semantics=v(10)),
                gguf("d.gguf", conversion=v(10), runtime_semantics=v(10), runtime=v(6)))
     r.server = {"build_info": "b1234"}
-    verdict = r.verdict()
+    verdict = judge(r)
     assert verdict.stage == "runtime" and verdict.loss == pytest.approx(4)
     assert any("runtime bug, not your file" in f for f in verdict.facts)
     assert any("b1234" in f for f in verdict.facts)
@@ -80,7 +81,7 @@ def test_a_runtime_that_loses_what_its_emulated_rules_keep_is_a_runtime_bug():
 def test_the_largest_real_loss_names_the_stage_and_the_others_are_listed():
     r = report(checkpoint(reference=v(10)),
                gguf("d.gguf", conversion=v(9), runtime_semantics=v(9), runtime=v(6)))
-    verdict = r.verdict()
+    verdict = judge(r)
     assert verdict.stage == "runtime"
     assert set(verdict.losses) == {"conversion", "runtime"}
     assert any("also lost at stage 2 (conversion)" in f for f in verdict.facts)
@@ -91,21 +92,21 @@ def test_a_change_within_1_sigma_is_not_a_loss():
     r = report(checkpoint(reference=v(9, 10, 11)), gguf("d.gguf", conversion=v(9.5, 9.5, 9.5)))
     (d,) = r.deltas()
     assert d.sigma == pytest.approx(1.0) and not d.real and d.loss == 0
-    assert r.verdict().stage is None
+    assert judge(r).stage is None
 
 
 def test_with_one_run_any_change_counts():
     sigma, real = change(Stat.of([10.0]), Stat.of([9.999]))
     assert sigma == 0 and real
     assert not change(Stat.of([10.0]), Stat.of([10.0]))[1]
-    assert report(checkpoint(reference=v(10)), gguf("d.gguf", conversion=v(9.999))).verdict().stage == "conversion"
+    assert judge(report(checkpoint(reference=v(10)), gguf("d.gguf", conversion=v(9.999)))).stage == "conversion"
 
 
 def test_no_stage_when_nothing_is_lost_and_gains_are_not_losses():
     r = report(checkpoint(reference=v(10)), gguf("d.gguf", conversion=v(10), runtime_semantics=v(10.5), runtime=v(11)),
                expect=12.0)
     r.expect = 12.0
-    verdict = r.verdict()
+    verdict = judge(r)
     assert verdict.stage is None and verdict.loss == 0 and verdict.drafter is None
     assert any("upstream of every stage" in f for f in verdict.facts)  # --expect: the reference is below it
 
@@ -116,7 +117,7 @@ def test_the_recommendation_is_the_smallest_file_within_1_sigma_of_the_full_prec
                gguf("d-Q8_0.gguf", "Q8_0", 160, "quantized", conversion=v(9.9, 9.9, 9.9)),
                gguf("d-Q4_K_M.gguf", "Q4_K_M", 110, "quantized", conversion=v(9.0, 9.0, 9.0)),  # −1.0: beyond 1σ
                gguf("d-Q5_K_M.gguf", "Q5_K_M", 120, "quantized", conversion=v(9.6, 9.6, 9.6)))  # −0.4: within
-    rec = r.recommendation()
+    rec = recommend(r)
     assert rec.stage == "conversion" and rec.baseline.name == "d-BF16.gguf"
     assert rec.drafter.name == "d-Q5_K_M.gguf"
     assert "within 1σ of the full-precision d-BF16.gguf" in rec.text
@@ -126,7 +127,7 @@ def test_the_recommendation_is_judged_at_the_last_stage_measured():
     r = report(checkpoint(reference=v(10)),
                gguf("d-BF16.gguf", size=300, conversion=v(10), runtime_semantics=v(10), runtime=v(9)),
                gguf("d-Q4.gguf", "Q4_K_M", 100, "quantized", conversion=v(10), runtime_semantics=v(10), runtime=v(8)))
-    rec = r.recommendation()
+    rec = recommend(r)
     # at stage 4 both keep 10; at stage 5, the last, only the BF16 file keeps its own acceptance
     assert rec.stage == "runtime" and rec.drafter.name == "d-BF16.gguf"
     assert "no smaller file keeps its acceptance" in rec.text
@@ -136,20 +137,20 @@ def test_without_a_full_precision_gguf_the_checkpoint_is_the_baseline():
     r = report(checkpoint(reference=v(10), runtime_semantics=v(10)),
                gguf("d-Q8_0.gguf", "Q8_0", 160, conversion=v(10), runtime_semantics=v(10)),
                gguf("d-Q4.gguf", "Q4_K_M", 100, conversion=v(9), runtime_semantics=v(9)))
-    rec = r.recommendation()
+    rec = recommend(r)
     assert rec.baseline.is_checkpoint and rec.baseline_stage == "runtime-semantics"
     assert rec.drafter.name == "d-Q8_0.gguf"
 
 
 def test_nothing_to_recommend_without_a_gguf():
     r = report(checkpoint(reference=v(10)))
-    assert r.recommendation().drafter is None and r.verdict().stage is None
+    assert recommend(r).drafter is None and judge(r).stage is None
 
 
 def test_the_json_has_every_part():
     r = report(checkpoint(reference=v(10)), gguf("d.gguf", conversion=v(8)), expect=9.0)
     r.expect = 9.0
-    doc = json.loads(json.dumps(r.to_json()))
+    doc = json.loads(json.dumps(r.to_json(judge(r), recommend(r))))
     assert doc["schema"] == "dflash-gguf.diagnose/1"
     assert doc["verdict"]["stage"] == "conversion" and doc["verdict"]["change"]["delta"] == pytest.approx(-2)
     assert doc["recommendation"]["drafter"]["name"] == "d.gguf"

@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from dflash_gguf.diagnose.verdict import judge, recommend
 from tests.conftest import RUNTIME
 from tests.diagnose import plant_target, plant_theta
 
@@ -40,7 +41,7 @@ def lane(report, name):
 
 
 def test_a_wrong_rope_theta_is_attributed_to_the_conversion(diagnosed):
-    verdict = diagnosed.verdict()
+    verdict = judge(diagnosed)
     assert (verdict.stage, verdict.drafter) == ("conversion", "theta.gguf")
     ref = lane(diagnosed, "checkpoint").values["reference"].mean_acceptance_length.mean
     bad = lane(diagnosed, "theta.gguf").values["conversion"]
@@ -70,7 +71,7 @@ def test_stage_3_runs_and_is_blamed_only_if_it_loses(diagnosed):
     sub = type(diagnosed)(diagnosed.settings, diagnosed.stages,
                           [x for x in diagnosed.lanes if x.name != "theta.gguf"])
     lost = [d for d in sub.deltas() if d.stage == "target" and d.loss > 0]
-    verdict = sub.verdict()
+    verdict = judge(sub)
     if lost:
         assert "target" in verdict.losses
     else:
@@ -86,13 +87,13 @@ def test_stage_4_runs_every_gguf_with_the_runtime_rules(diagnosed):
 
 def test_stage_5_says_why_it_did_not_run_and_the_recommendation_is_at_stage_4(diagnosed):
     assert diagnosed.stage("runtime").why == "no --server-bin/--server"
-    rec = diagnosed.recommendation()
+    rec = recommend(diagnosed)
     assert rec.stage == "runtime-semantics" and rec.baseline.name == "drafter.gguf"
     base = rec.baseline.values["runtime-semantics"].mean_acceptance_length.mean
     keep = [x for x in diagnosed.lanes if not x.is_checkpoint
             and x.values["runtime-semantics"].mean_acceptance_length.mean >= base]  # one run: sd 0
     assert rec.drafter.file_size == min(x.file_size for x in keep)
-    json.dumps(diagnosed.to_json())
+    json.dumps(diagnosed.to_json(judge(diagnosed), recommend(diagnosed)))
 
 
 def test_a_draft_context_shorter_than_the_prompt_is_the_runtime_semantics_stage():
@@ -102,7 +103,7 @@ def test_a_draft_context_shorter_than_the_prompt_is_the_runtime_semantics_stage(
     opts = DiagnoseOptions(max_new_tokens=24, device="cpu", jobs=1, draft_context=16)
     r = run_diagnose(RUNTIME / "target", RUNTIME / "drafter", _first_prompt(), drafter_ggufs=[RUNTIME / "drafter.gguf"],
                      options=opts)
-    verdict = r.verdict()
+    verdict = judge(r)
     assert verdict.stage == "runtime-semantics", verdict.text
     assert "conversion" not in verdict.losses  # the GGUF keeps the checkpoint's acceptance
     assert any("draft context capped at the last 16 positions (set explicitly" in f for f in verdict.facts)
