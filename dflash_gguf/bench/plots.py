@@ -15,6 +15,7 @@ top of each other), ``legend_outside`` and ``save``.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Callable
 
 from .._lazy import require
 from ..errors import OutputError
@@ -101,15 +102,26 @@ def write_plots(report: BenchReport, out_dir: str | Path) -> list[Path]:
         UsageError: matplotlib is not installed.
         OutputError: the directory cannot be created or written.
     """
+    paths = save_figures(out_dir, lambda: figures(report))
+    report.plots = [str(p) for p in paths]
+    return paths
+
+
+def save_figures(out_dir: str | Path, make: Callable[[], dict]) -> list[Path]:
+    """``make()``'s {file name: Figure} saved into ``out_dir`` (created); bench's and diagnose's
+    --plots. ``make`` runs after matplotlib is set up (Agg), and every figure is closed after.
+
+    Raises:
+        UsageError: matplotlib is not installed.
+        OutputError: the directory cannot be created or written.
+    """
     plt, d = plot_dir(out_dir)
     try:
-        paths = [save(fig, d / name) for name, fig in figures(report).items()]
+        return [save(fig, d / name) for name, fig in make().items()]
     except OSError as exc:
         raise OutputError(f"--plots {d}: cannot write ({exc.strerror})") from None
     finally:
         plt.close("all")
-    report.plots = [str(p) for p in paths]
-    return paths
 
 
 def figures(report: BenchReport) -> dict:

@@ -62,7 +62,7 @@ def diagnose_cmd(
     if max_stage_loss is not None and not max_stage_loss >= 0:
         raise UsageError(f"--max-stage-loss {max_stage_loss}: give a mean acceptance length ≥ 0")
     if plots is not None:
-        from ..diagnose.plots import require_matplotlib
+        from ..bench.plots import require_matplotlib  # the same extra, the same message
 
         require_matplotlib()  # before the stages run, not after
     if server_bin is not None:

@@ -14,16 +14,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..bench.plots import footnote, legend_outside, offset, plot_dir, position_axes, pyplot, save, series_style
-from ..errors import OutputError
+from ..bench.plots import footnote, legend_outside, offset, position_axes, pyplot, save_figures, series_style
 from .report import STAGES, DiagnoseReport, number
-
-
-def require_matplotlib() -> None:
-    """Raises UsageError when matplotlib is missing (checked before the stages run, not after)."""
-    from ..bench.plots import require_matplotlib as bench_requires
-
-    bench_requires()  # the one place that message is worded
 
 
 def write_plots(report: DiagnoseReport, out_dir: str | Path) -> list[Path]:
@@ -33,13 +25,7 @@ def write_plots(report: DiagnoseReport, out_dir: str | Path) -> list[Path]:
         UsageError: matplotlib is not installed.
         OutputError: the directory cannot be created or written.
     """
-    plt, d = plot_dir(out_dir)
-    try:
-        return [save(fig, d / name) for name, fig in figures(report).items()]
-    except OSError as exc:
-        raise OutputError(f"--plots {d}: cannot write ({exc.strerror})") from None
-    finally:
-        plt.close("all")
+    return save_figures(out_dir, lambda: figures(report))
 
 
 def figures(report: DiagnoseReport) -> dict:
