@@ -39,7 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import gguf  # noqa: E402
 
 from dflash_gguf.quants import _numba, quantize, row_nbytes  # noqa: E402
-from dflash_gguf.quants.base import default_threads  # noqa: E402
+from dflash_gguf.quants.threads import default_threads  # noqa: E402
 from dflash_gguf.quants.policy import plan_types  # noqa: E402
 
 HIDDEN, INTER, N_LAYER, N_HEAD, N_KV, HEAD_DIM, N_TAPS = 4096, 12288, 5, 32, 8, 128, 5

@@ -9,7 +9,11 @@ from ._common import err
 
 def compile_pending(qtypes: Iterable, *, bf16_input: bool) -> None:
     """Compile the kernels quantizing to ``qtypes`` needs and numba's cache lacks, one line on
-    stderr before and after (CI logs show it too); nothing when all are cached or numba is off."""
+    stderr before and after (CI logs show it too); nothing when all are cached or numba is off,
+    or when nothing is quantized (a copy-only job, which then imports neither numpy nor numba)."""
+    qtypes = tuple(qtypes)
+    if not qtypes:
+        return
     from ..quants import compiled
 
     todo = compiled.pending(compiled.kernels_for(qtypes, bf16_input=bf16_input))

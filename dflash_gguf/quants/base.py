@@ -14,7 +14,8 @@ sequentially (``seq_sum``: rows added one after another, vectorised across block
 """
 from __future__ import annotations
 
-import os
+import functools
+import importlib
 from concurrent.futures import ThreadPoolExecutor
 from typing import ClassVar
 
@@ -22,6 +23,7 @@ import numpy as np
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 
 from ..errors import QuantizationError
+from .threads import default_threads
 
 F32 = np.float32
 
@@ -62,6 +64,7 @@ def _seq_sum_loop(a: np.ndarray) -> np.ndarray:
     return acc
 
 
+@functools.cache  # asked on the first seq_sum, not on import (~15 ms with numpy.random)
 def _reduce_is_sequential() -> bool:
     """Whether ``np.add.reduce(a, axis=0)`` on a C-contiguous 2-D float32 array adds the rows
     one after another (it does in NumPy: the reduced axis is the outer loop, so each column
@@ -76,9 +79,6 @@ def _reduce_is_sequential() -> bool:
     return True
 
 
-_REDUCE_OK = _reduce_is_sequential()
-
-
 def seq_sum(a: np.ndarray, *, from_zero: bool = True, nonneg: bool = False) -> np.ndarray:
     """Sequential float32 sum over axis 0, as a C ``for`` loop does it (never pairwise).
 
@@ -88,7 +88,7 @@ def seq_sum(a: np.ndarray, *, from_zero: bool = True, nonneg: bool = False) -> n
     promises no term is -0 (squares, weights times non-negative levels), which makes the
     two conventions agree and skips that fix-up.
     """
-    if _REDUCE_OK and a.ndim == 2 and a.shape[1] >= 2 and a.flags.c_contiguous:
+    if a.ndim == 2 and a.shape[1] >= 2 and a.flags.c_contiguous and _reduce_is_sequential():
         acc = np.add.reduce(a, axis=0)  # NumPy may start from its identity +0 or from a[0]
     else:
         acc = _seq_sum_loop(a)  # starts from a[0]
@@ -255,15 +255,20 @@ class BlockQuant:
         return out
 
 
+# The modules whose classes register a type (each on import, by subclassing BlockQuant).
+_TYPE_MODULES = ("floats", "q8_0", "legacy", "q4_k", "q6_k", "q3_k", "q2_k", "iq4")
+_ALL_REGISTERED = False
+
+
 def registered() -> dict[GGMLQuantizationType, type[BlockQuant]]:
+    """Every quantizer class by its ggml type. The type modules are imported on the first call,
+    not with the package: a job that only copies tensors never loads them."""
+    global _ALL_REGISTERED
+    if not _ALL_REGISTERED:
+        for name in _TYPE_MODULES:
+            importlib.import_module(f"{__package__}.{name}")
+        _ALL_REGISTERED = True
     return _REGISTRY
-
-
-def default_threads() -> int:
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # not on Linux
-        return max(1, os.cpu_count() or 1)
 
 
 def _first_nonfinite(chunk: np.ndarray) -> int | None:

@@ -12,10 +12,10 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-
-from gguf import GGMLQuantizationType as T
+from enum import IntEnum
 
 from ..errors import QuantizationError
+from ..fileio.gguf_constants import GGMLQuantizationType as T  # gguf-py's values, without importing it
 from .regex import ecmascript_regex
 
 #: quantize.cpp's QUANT_OPTIONS, in its order: (name, llama_ftype). ``Q3_K``/``Q4_K``/``Q5_K`` are
@@ -135,13 +135,14 @@ def ggml_type_name(t: T) -> str:
 
 def parse_ggml_type(arg: str | T) -> T:
     """quantize.cpp's parse_ggml_type: a ggml type name, case-insensitive (``q8_0``, ``Q4_K``,
-    ``bf16``). A :class:`GGMLQuantizationType` passes through.
+    ``bf16``). A ggml type enum (this package's or gguf-py's, which have the same values) passes
+    through.
 
     Raises:
         QuantizationError: not a ggml type name (llama-quantize prints its usage and exits).
     """
-    if isinstance(arg, T):
-        return arg
+    if isinstance(arg, IntEnum):
+        return T(int(arg))
     key = str(arg).translate(_ASCII_UPPER)
     if key in T.__members__:
         return T[key]

@@ -21,20 +21,19 @@ from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from math import prod
 from pathlib import Path
-from typing import Callable, Iterator
-
-import numpy as np
+from typing import TYPE_CHECKING, Callable, Iterator
 
 from ..errors import QuantizationError, UsageError
 from ..fileio.gguf_reader import GGUFFile, TensorReader, read_gguf
 from ..fileio.gguf_writer import FileSpan, TensorOut, WriteReport, write_gguf
 from ..fileio.outputs import check_output
 from ..fileio.types import KV, TensorInfo
-from . import workers
 from .ftypes import Overrides
 from .layout import QuantEntry, requantize_layout
-from .rows import quantize_rows
-from .scratch import Scratch
+from .threads import default_threads
+
+if TYPE_CHECKING:
+    import numpy as np
 
 #: Input values per quantization task (whole rows; one row when a row is longer).
 TASK_VALUES = 1 << 20
@@ -88,14 +87,22 @@ def quantize_gguf(
     if out is None:
         raise UsageError("quantize needs an output path (or --dry-run)")
     check_output(out, inputs=(src,), force=force)  # before any work; write_gguf checks again at the end
-    from . import default_threads
-
     by_name = {t.name: t for t in f.tensors}
     n_threads = default_threads() if threads is None else int(threads)
-    with _Pipeline(f, n_threads, processes=workers.worth_it(n_threads, entries)) as pipe:
+    with _Pipeline(f, n_threads, processes=_in_processes(n_threads, entries)) as pipe:
         outs = [TensorOut(e.name, e.shape, e.ggml_type, e.nbytes, pipe.add(by_name[e.name], e)) for e in entries]
         report = write_gguf(out, f.arch, kvs, outs, force=force, inputs=(src,), progress=progress)
     return QuantizeResult(ftype, kvs, entries, report)
+
+
+def _in_processes(threads: int, entries: list[QuantEntry]) -> bool:
+    """workers.worth_it, asked only of a job that quantizes: a copy-only job (COPY, BF16 from
+    BF16) imports neither numpy nor the quantizers."""
+    if not any(e.quantized for e in entries):
+        return False
+    from . import workers
+
+    return workers.worth_it(threads, entries)
 
 
 class _Pipeline:
@@ -115,12 +122,14 @@ class _Pipeline:
         self.reader: TensorReader | None = None
         self.pool: ThreadPoolExecutor | None = None
         self.procs = None  # workers.start()'s pool, with ``processes``
-        self.scratch = Scratch()  # per worker thread
+        self.scratch = None  # per worker thread: a Scratch, made with the first quantize task
 
     def __enter__(self) -> _Pipeline:
         self.reader = TensorReader(self.file.path)
         self.pool = ThreadPoolExecutor(max_workers=self.threads, thread_name_prefix="quantize")
         if self.processes:
+            from . import workers
+
             self.procs = workers.start(self.threads)
         return self
 
@@ -166,8 +175,13 @@ def _tasks(pipe: _Pipeline, t: TensorInfo, e: QuantEntry) -> Iterator[tuple[bool
     """Tensor ``t``'s tasks: (run in a worker process?, function, its arguments)."""
     if t.nbytes == 0:  # a zero-element tensor (some ne is 0): no data, no task
         return
+    from . import workers
     from .base import registered
+    from .rows import quantize_rows
+    from .scratch import Scratch
 
+    if pipe.scratch is None:
+        pipe.scratch = Scratch()
     cls = registered().get(e.ggml_type)
     if cls is None:
         raise QuantizationError(f"quantizing to {e.ggml_type.name} is not supported")

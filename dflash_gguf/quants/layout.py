@@ -8,10 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-from gguf import GGMLQuantizationType as Q
-from gguf import GGUFValueType
-
 from ..errors import QuantizationError
+from ..fileio.gguf_constants import GGMLQuantizationType as Q, GGUFValueType
 from ..fileio.gguf_kv import bad_kv, get_int
 from ..fileio.gguf_writer import tensor_nbytes
 from ..fileio.types import KV

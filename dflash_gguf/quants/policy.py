@@ -15,9 +15,8 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from gguf import GGMLQuantizationType as T
-
 from ..errors import QuantizationError
+from ..fileio.gguf_constants import GGMLQuantizationType as T
 from ..fileio.header_records import show
 from .ftypes import (  # noqa: F401  (FTYPE_IDS, DEFAULT_TYPE, ftype_id, Overrides: this module's API too)
     DEFAULT_TYPE, FTYPE_IDS, IMATRIX_FTYPES, LLAMA_DEFAULT_TYPE, NOT_OFFERED, Overrides, ftype_id, ftype_refusal,

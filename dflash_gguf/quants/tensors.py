@@ -10,9 +10,8 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from gguf import GGML_QUANT_SIZES, GGMLQuantizationType as T
-
 from ..errors import QuantizationError
+from ..fileio.gguf_constants import GGML_QUANT_SIZES, GGMLQuantizationType as T
 from ..fileio.header_records import show
 from .ftypes import ggml_type_name
 

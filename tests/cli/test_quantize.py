@@ -1,6 +1,7 @@
 """`quantize`'s command line: the required TYPE, --threads."""
 from __future__ import annotations
 
+import ast
 import json
 
 import pytest
@@ -71,3 +72,37 @@ def test_a_type_where_out_goes(cli, tmp_path):
     assert code == 2 and so == "" and not (tmp_path / "q4_k_m").exists()
     assert se.strip().splitlines() == ["error: quantize: q4_k_m is the TYPE; name the output before it: "
                                        "dflash-gguf quantize IN.gguf OUT.gguf q4_k_m (or add --dry-run)"]
+
+
+_IMPORTS_PROBE = """
+import sys
+from dflash_gguf.cli import main
+code = main(sys.argv[1:])
+print(code, sorted(m for m in ("numpy", "gguf", "numba", "dflash_gguf.formats") if m in sys.modules))
+"""
+
+
+@pytest.mark.parametrize("ftype, imported", [("copy", set()), ("q8_0", {"gguf", "numpy"})])
+def test_a_copy_only_job_imports_no_numpy_gguf_py_or_numba(tmp_path, ftype, imported):
+    """A job that converts nothing (COPY; BF16 from a BF16 file) is a file copy, where start-up
+    is a good part of the wall time: it plans and writes without numpy, gguf-py, numba or the
+    drafter formats. A job that quantizes imports what it needs (the probe can tell)."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    src = odd_gguf(tmp_path / "odd.gguf")
+    out = tmp_path / "out.gguf"
+    r = subprocess.run([sys.executable, "-c", _IMPORTS_PROBE, "quantize", str(src), str(out), ftype, "--json"],
+                       capture_output=True, text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert r.returncode == 0, r.stderr
+    code, _, mods = r.stdout.strip().splitlines()[-1].partition(" ")
+    assert code == "0" and imported <= set(ast.literal_eval(mods)) and ("dflash_gguf.formats" not in mods)
+    if ftype == "copy":
+        from dflash_gguf.fileio.gguf_reader import read_gguf
+
+        assert mods == "[]"
+        a, b = read_gguf(src), read_gguf(out)  # llama-quantize's tensor order, every tensor's bytes kept
+        assert {t.name: a.raw(t).tobytes() for t in a.tensors} == {t.name: b.raw(t).tobytes() for t in b.tensors}
