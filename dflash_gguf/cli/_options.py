@@ -6,19 +6,32 @@ from typing import Annotated, Optional
 
 import typer
 
-from ..formats import FORMATS
-
 OutfileOpt = Annotated[Optional[Path], typer.Option("-o", "--outfile", help="Output GGUF path.")]
-FormatOpt = Annotated[str, typer.Option("--format", "-f", help=f"Output flavour: {', '.join(FORMATS)}.")]
 ForceOpt = Annotated[bool, typer.Option("--force", help="Overwrite OUT if it exists.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON on stdout.")]
 DryRunOpt = Annotated[bool, typer.Option("--dry-run", help="Print the plan; write nothing.")]
+ServerArgsOpt = Annotated[Optional[str], typer.Option("--server-args", help="Extra llama-server flags, e.g. \"-ngl 99 -fa on\".")]
+
+
+
+def __getattr__(name: str):
+    """``FormatOpt``, built when convert or retarget imports it: its help names the formats, and
+    importing formats/ (and config/) costs ~40 ms that the other commands need not pay."""
+    if name != "FormatOpt":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from ..formats import FORMATS
+
+    return Annotated[str, typer.Option("--format", "-f", help=f"Output flavour: {', '.join(FORMATS)}.")]
+
 
 # The prompts of the commands that run the torch reference (parity, diagnose): token ids, text
 # through the target's tokenizer, or a JSONL file (the format bench --suite reads).
 PromptIdsOpt = Annotated[Optional[str], typer.Option("--prompt-ids", help="Comma-separated token ids, e.g. 1,2,3.")]
 PromptOpt = Annotated[Optional[str], typer.Option("--prompt", help="Prompt text (tokenized with the target's tokenizer).")]
 PromptsFileOpt = Annotated[Optional[Path], typer.Option("--prompts-file", help="JSONL: {\"prompt\": ...} or {\"prompt_ids\": [...]} per line.")]
+# The target of the torch reference (parity, diagnose): built in, or through transformers.
+TargetBackendOpt = Annotated[str, typer.Option("--target-backend", help="native (Qwen3/Llama, built in) | transformers (any HF causal LM; the 'hf' extra).")]
+DeviceMapOpt = Annotated[Optional[str], typer.Option("--device-map", help="With --target-backend transformers: auto | balanced | sequential: accelerate spreads the target over every GPU, then CPU memory (--device is the drafter's).")]
 TokenizerDirOpt = Annotated[Optional[Path], typer.Option("--tokenizer-dir", help="Where tokenizer.json / tokenizer.model live (default: --target).")]
 
 
@@ -48,3 +61,16 @@ def read_prompts(prompt_ids: str | None, prompt: str | None, prompts_file: Path 
     if prompt is not None:
         return [tokenize(prompt, target, tokenizer_dir)]
     return read_prompts_file(prompts_file, target, tokenizer_dir)
+
+
+def split_server_args(text: str | None) -> tuple[str, ...]:
+    """--server-args split as a shell would. Raises UsageError on an unbalanced quote."""
+    import shlex
+
+    from ..errors import UsageError
+
+    try:
+        return tuple(shlex.split(text or ""))
+    except ValueError as exc:  # an unbalanced quote or a trailing backslash
+        raise UsageError(f"--server-args {text!r}: cannot split it into flags ({exc}); "
+                         "quote as in a shell, e.g. \"-ngl 99 -fa on\"") from None

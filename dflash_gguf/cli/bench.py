@@ -1,7 +1,6 @@
 """`bench`: drafters in a real runtime — acceptance as the server counted it, speed-up over no draft."""
 from __future__ import annotations
 
-import shlex
 import time
 from pathlib import Path
 from typing import Annotated, Optional
@@ -11,6 +10,7 @@ import typer
 from ..errors import Interrupted, PairingError, UsageError
 from ._app import app
 from ._common import err, error_line, esc, finding_line, note, out, print_json, warn, write_report
+from ._options import ServerArgsOpt, split_server_args
 
 
 @app.command("bench")
@@ -27,7 +27,7 @@ def bench_cmd(
     limit: Annotated[Optional[int], typer.Option("--limit", help="Use the first N prompts of each suite.")] = None,
     ignore_eos: Annotated[bool, typer.Option("--ignore-eos", help="Always generate --n-predict tokens.")] = False,
     server_bin: Annotated[Optional[Path], typer.Option("--server-bin", help="llama-server binary (default: $DFLASH_LLAMA_SERVER, then PATH).")] = None,
-    server_args: Annotated[Optional[str], typer.Option("--server-args", help="Extra llama-server flags, e.g. \"-ngl 99 -fa on\".")] = None,
+    server_args: ServerArgsOpt = None,
     port: Annotated[Optional[int], typer.Option("--port", help="Port for llama-server (default: a free one).")] = None,
     ctx_size: Annotated[Optional[int], typer.Option("--ctx-size", help="llama-server -c (default: max(4096, n-predict + 2048)).")] = None,
     threads: Annotated[Optional[int], typer.Option("--threads", help="llama-server -t.")] = None,
@@ -69,7 +69,7 @@ def bench_cmd(
         target=target, drafters=tuple(drafter or ()), servers=servers, baseline_server=baseline_server,
         server_log=server_log, engine=engine, suites=tuple(suite or ("chat",)), limit=limit, runs=runs,
         n_predict=n_predict, temperature=temperature, seed=seed, ignore_eos=ignore_eos, thinking=thinking, raw=raw,
-        baseline=not no_baseline, max_memory_gib=max_memory, server_args=_split_args(server_args),
+        baseline=not no_baseline, max_memory_gib=max_memory, server_args=split_server_args(server_args),
         port=port, ctx_size=ctx_size, threads=threads, draft_max=draft_max, warmup=warmup, startup_timeout=startup_timeout,
         request_timeout=request_timeout)
     validate(opts)  # every value, before a server is looked for or started
@@ -105,14 +105,6 @@ def bench_cmd(
             warn(f"{esc(c.name)}: {esc(n)}")
     if report.plots:
         note("plots: " + ", ".join(report.plots))
-
-
-def _split_args(text: str | None) -> tuple[str, ...]:
-    try:
-        return tuple(shlex.split(text or ""))
-    except ValueError as exc:  # an unbalanced quote or a trailing backslash
-        raise UsageError(f"--server-args {text!r}: cannot split it into flags ({exc}); "
-                         "quote as in a shell, e.g. \"-ngl 99 -fa on\"") from None
 
 
 def _named_url(text: str, i: int) -> tuple[str, str]:

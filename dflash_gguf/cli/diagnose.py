@@ -9,7 +9,10 @@ import typer
 from ..errors import EXIT_DIAGNOSE, DflashError, UsageError
 from ._app import app
 from ._common import esc, note, out, warn
-from ._options import PromptIdsOpt, PromptOpt, PromptsFileOpt, TokenizerDirOpt, check_prompt_options, read_prompts
+from ._options import (
+    DeviceMapOpt, PromptIdsOpt, PromptOpt, PromptsFileOpt, ServerArgsOpt, TargetBackendOpt, TokenizerDirOpt,
+    check_prompt_options, read_prompts, split_server_args,
+)
 from ._verdict import Output, ReportOpt, VerdictFormatOpt, VerdictJsonOpt
 
 
@@ -25,6 +28,7 @@ def diagnose_cmd(
     emulate: Annotated[str, typer.Option("--emulate", help="Stage 4: the runtime whose rules are emulated: llama.cpp.")] = "llama.cpp",
     draft_context: Annotated[Optional[int], typer.Option("--draft-context", help="Stage 4: cap the drafter's target context at the last N positions (default: the runtime's, llama.cpp 512).")] = None,
     server_bin: Annotated[Optional[Path], typer.Option("--server-bin", help="Stage 5: start this llama-server with --target-gguf and each drafter GGUF.")] = None,
+    server_args: ServerArgsOpt = None,
     server: Annotated[Optional[list[str]], typer.Option("--server", help="Stage 5: [DRAFTER.gguf=]URL of a running server that serves that drafter (repeatable).")] = None,
     engine: Annotated[str, typer.Option("--engine", help="With --server: llama.cpp | vllm | sglang.")] = "llama.cpp",
     server_log: Annotated[Optional[Path], typer.Option("--server-log", help="With one --server: its log (LLAMA_TRACE=1 … --log-file FILE), for the step counts the mean acceptance length needs.")] = None,
@@ -40,6 +44,8 @@ def diagnose_cmd(
     seed: Annotated[int, typer.Option("--seed")] = 0,
     jobs: Annotated[int, typer.Option("--jobs", help="CPU: prompts run at once, one torch thread each (0 = one per core).")] = 0,
     device: Annotated[str, typer.Option("--device", help="auto | cpu | cuda (the torch reference).")] = "auto",
+    target_backend: TargetBackendOpt = "native",
+    device_map: DeviceMapOpt = None,
     expect: Annotated[Optional[float], typer.Option("--expect", help="The published mean acceptance length: the ceiling, shown in the report.")] = None,
     max_stage_loss: Annotated[Optional[float], typer.Option("--max-stage-loss", help="Gate: exit 32 when a stage loses more than F mean acceptance length (beyond 1σ).")] = None,
     fmt: VerdictFormatOpt = None,
@@ -75,9 +81,10 @@ def diagnose_cmd(
     ggufs = list(drafter_gguf or [])
     opts = DiagnoseOptions(
         max_new_tokens=max_new_tokens, temperature=temperature, seed=seed, runs=runs, jobs=jobs, device=device,
+        target_backend=target_backend, device_map=device_map,
         quants=tuple(q for q in (quants or "").replace(" ", "").split(",") if q), quants_dir=quants_dir,
         target_quant=target_quant, emulate=emulate, draft_context=draft_context, target_gguf=target_gguf,
-        server_bin=server_bin, servers=tuple(_server(s) for s in server or []), engine=engine, server_log=server_log,
+        server_bin=server_bin, server_args=split_server_args(server_args), servers=tuple(_server(s) for s in server or []), engine=engine, server_log=server_log,
         expect=expect)
     _check_parity_values(opts)
     o = Output(fmt, json_out, report_to, (target, drafter, *ggufs, target_gguf, prompts_file))

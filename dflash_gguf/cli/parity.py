@@ -9,7 +9,10 @@ import typer
 from ..errors import EXIT_PARITY_GATE, DflashError, UsageError
 from ._app import app
 from ._common import esc, note, out, warn
-from ._options import PromptIdsOpt, PromptOpt, PromptsFileOpt, TokenizerDirOpt, check_prompt_options, read_prompts
+from ._options import (
+    DeviceMapOpt, PromptIdsOpt, PromptOpt, PromptsFileOpt, TargetBackendOpt, TokenizerDirOpt, check_prompt_options,
+    read_prompts,
+)
 from ._verdict import Output, ReportOpt, VerdictFormatOpt, VerdictJsonOpt
 
 FLAG_TOP1 = 0.9  # below this teacher-forced top-1 agreement a GGUF drafter is flagged
@@ -34,7 +37,8 @@ def parity_cmd(
     device: Annotated[str, typer.Option("--device", help="auto | cpu | cuda")] = "auto",
     dtype: Annotated[str, typer.Option("--dtype", help="float32 | bfloat16")] = "float32",
     jobs: Annotated[int, typer.Option("--jobs", help="CPU: prompts run at once, one torch thread each (0 = one per core); a GPU runs them in turn.")] = 0,
-    target_backend: Annotated[str, typer.Option("--target-backend", help="native (Qwen3/Llama, built in) | transformers (any HF causal LM, needs transformers).")] = "native",
+    target_backend: TargetBackendOpt = "native",
+    device_map: DeviceMapOpt = None,
     target_quant: Annotated[Optional[str], typer.Option("--target-quant", help="q8_0 | q4_k_m: round-trip the target's weights through our quantizers.")] = None,
     emulate: Annotated[Optional[str], typer.Option("--emulate", help="Also run the reference drafter with a runtime's semantics: llama.cpp.")] = None,
     draft_context: Annotated[Optional[int], typer.Option("--draft-context", help="With --emulate: the draft-context cap (default: the runtime's, llama.cpp 512).")] = None,
@@ -72,7 +76,8 @@ def parity_cmd(
     opts = ParityOptions(max_new_tokens=max_new_tokens, block_size=block_size, temperature=temperature, top_p=top_p,
                          top_k=top_k, seed=seed, runs=runs, device=device, dtype=dtype,
                          target_quant=None if target_quant is None else target_quant.lower(), emulate=emulate,
-                         draft_context=draft_context, target_backend=target_backend, jobs=jobs)
+                         draft_context=draft_context, target_backend=target_backend, device_map=device_map,
+                         jobs=jobs)
     o = Output(fmt, json_out, report_to, (target, drafter, *(drafter_gguf or []), prompts_file, dump))
     env = Envelope("parity", 0, [], tuple(str(p) for p in (drafter, *(drafter_gguf or []))),
                    coverage=tuple(Coverage(str(p), "parity", rules_of("parity", gates=gates.active))

@@ -18,6 +18,8 @@ class DiagnoseOptions:
     jobs: int = 0  # parity's: prompts at once on CPU (0 = one per core)
     device: str = "auto"
     dtype: str = "float32"
+    target_backend: str = "native"  # parity's: the full-precision target built in, or through transformers
+    device_map: str | None = None  # with transformers: accelerate's placement of that target
     quants: tuple[str, ...] = ()  # file types to make from the full-precision GGUF (--quants)
     quants_dir: Path | None = None  # where those files go (kept); None: a temp dir, removed
     target_quant: str | None = None  # stage 3 by round trip; wins over a quantized target_gguf
@@ -25,6 +27,7 @@ class DiagnoseOptions:
     draft_context: int | None = None  # stage 4's draft-context cap; None: the runtime's (llama.cpp: 512)
     target_gguf: Path | None = None  # the target as served: stage 3 when quantized, stage 5's -m, convert's tokenizer
     server_bin: Path | None = None  # stage 5: launch llama-server
+    server_args: tuple[str, ...] = ()  # stage 5: extra flags for that llama-server (bench's --server-args)
     servers: tuple[tuple[str | None, str], ...] = ()  # stage 5: (drafter GGUF it serves, URL) of running servers
     engine: str = "llama.cpp"  # what the running servers are: llama.cpp | vllm | sglang (bench's clients)
     server_log: Path | None = None  # the one running server's LLAMA_TRACE log: its step counts
@@ -50,14 +53,22 @@ class DiagnoseOptions:
         if self.server_log is not None and (len(self.servers) != 1 or self.engine != "llama.cpp"):
             raise UsageError("--server-log is the log of the one running llama-server --server names: give exactly one "
                              "--server (--engine llama.cpp)")
+        if self.server_args and self.server_bin is None:
+            raise UsageError("--server-args are flags for the llama-server diagnose starts: give --server-bin (a running "
+                             "--server keeps the flags it was started with)")
         if self.server_bin is not None and self.target_gguf is None:
             raise UsageError("stage 5 launches llama-server with the target as GGUF: give --target-gguf T.gguf")
 
-    def parity(self, **changes):
+    def parity(self, target: str | Path | None = None, **changes):
+        """parity's options for a run on ``target``. A GGUF target (a quantized --target-gguf as
+        stage 3's) is loaded by the built-in backend: transformers reads Hugging Face dirs only."""
         from ..parity import ParityOptions
 
+        hf = target is None or not Path(target).is_file()
         return ParityOptions(max_new_tokens=self.max_new_tokens, temperature=self.temperature, seed=self.seed,
-                             runs=self.runs, jobs=self.jobs, device=self.device, dtype=self.dtype, **changes)
+                             runs=self.runs, jobs=self.jobs, device=self.device, dtype=self.dtype,
+                             target_backend=self.target_backend if hf else "native",
+                             device_map=self.device_map if hf else None, **changes)
 
 
 def check_file_type(flag: str, name: str) -> str:

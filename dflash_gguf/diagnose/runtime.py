@@ -7,6 +7,7 @@ refuses (pairing, memory) is skipped with the reason; a crash is a finding (``fa
 from __future__ import annotations
 
 import json
+import shlex
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -40,7 +41,8 @@ def runtime_stage(prompt_sets: Sequence[Sequence[Sequence[int]]], lanes: Sequenc
     ggufs = [j for j, x in enumerate(lanes[0]) if not x.is_checkpoint]
     if opts.server_bin is not None:
         jobs = [(j, BenchOptions(target=opts.target_gguf, drafters=(Path(lanes[0][j].path),),
-                                 server_bin=opts.server_bin, **common)) for j in ggufs if lanes[0][j].path is not None]
+                                 server_bin=opts.server_bin, server_args=opts.server_args, **common))
+                for j in ggufs if lanes[0][j].path is not None]
     else:
         by_path = {str(Path(lanes[0][j].path)): j for j in ggufs if lanes[0][j].path is not None}
         jobs = [(by_path[str(Path(p))] if p is not None else ggufs[0],
@@ -67,7 +69,8 @@ def runtime_stage(prompt_sets: Sequence[Sequence[Sequence[int]]], lanes: Sequenc
             row = next((r for r in rows if r.suite == files[k].stem), None)
             if _fill(ls[j], row, result.notes):
                 measured[k] += 1
-    how = (f"llama-server {opts.server_bin}" if opts.server_bin else
+    how = (f"llama-server {opts.server_bin}" + (f" {shlex.join(opts.server_args)}" if opts.server_args else "")
+           if opts.server_bin else
            "running llama-server(s)" if opts.engine == "llama.cpp" else f"running {opts.engine} server(s)")
     for k, st in enumerate(stages):
         failed = any("runtime" in x.failed for x in lanes[k])

@@ -89,6 +89,9 @@ def _check_inputs(target, drafter, ggufs, opts: DiagnoseOptions) -> None:
         raise UsageError(f"--drafter {drafter}: no such directory (the checkpoint: config.json + safetensors)")
     if not Path(target).exists():
         raise UsageError(f"--target {target}: no such file or directory")
+    if opts.target_backend == "transformers" and not Path(target).is_dir():
+        raise UsageError(f"--target {target}: --target-backend transformers loads a Hugging Face directory; give "
+                         "the target's dir (a quantized GGUF goes in --target-gguf)")
     for flag, p in [*(("--drafter-gguf", g) for g in ggufs), ("--target-gguf", opts.target_gguf)]:
         if p is not None and not Path(p).is_file():
             raise UsageError(f"{flag} {p}: no such file")
@@ -165,7 +168,7 @@ def _reference_stages(target, drafter, prompts, lanes: list[Lane], opts: Diagnos
     emulate = dict(emulate=opts.emulate, draft_context=opts.draft_context)
     say("stages 1-2: the checkpoint and each GGUF drafter with the full-precision target")
     first = run_parity(target, drafter, prompts, drafter_ggufs=[x.path for x in ggufs],
-                       options=opts.parity(**({} if stage3 else emulate)))  # stage 4 follows stage 3 when it runs
+                       options=opts.parity(target, **({} if stage3 else emulate)))  # stage 4 follows stage 3 when it runs
     ck.values["reference"] = _value([p.reference for p in first.prompts])
     stages.append(StageRun("reference", True))
     for i, x in enumerate(ggufs):
@@ -174,8 +177,9 @@ def _reference_stages(target, drafter, prompts, lanes: list[Lane], opts: Diagnos
     last = first
     if stage3 is not None:
         say(f"stage 3: the same drafters with {stage3.label}")
-        last = run_parity(_stage3_path(target, stage3), drafter, prompts, drafter_ggufs=[x.path for x in ggufs],
-                          options=opts.parity(target_quant=_round_trip(stage3), **emulate))
+        tpath = _stage3_path(target, stage3)
+        last = run_parity(tpath, drafter, prompts, drafter_ggufs=[x.path for x in ggufs],
+                          options=opts.parity(tpath, target_quant=_round_trip(stage3), **emulate))
         ck.values["target"] = _value([p.reference for p in last.prompts])
         for i, x in enumerate(ggufs):
             x.values["target"] = _value([p.drafters[i] for p in last.prompts])
@@ -230,8 +234,8 @@ def _emulate_ggufs(target, drafter, prompts, ggufs: list[Lane], opts: DiagnoseOp
     from ..reference.load import drafter_from_state
     from ..reference.pool import map_prompts, prompt_jobs
 
-    popts = opts.parity(target_quant=_round_trip(stage3), emulate=opts.emulate, draft_context=opts.draft_context)
     tpath = _stage3_path(target, stage3)
+    popts = opts.parity(tpath, target_quant=_round_trip(stage3), emulate=opts.emulate, draft_context=opts.draft_context)
     tmodel = load_target(tpath, popts)
     stops = target_stop_ids(tpath)
     cap = popts.draft_context or LLAMA_CPP_DRAFT_CONTEXT

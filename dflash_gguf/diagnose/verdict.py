@@ -8,6 +8,7 @@ full-precision file's.
 from __future__ import annotations
 
 import math
+import shlex
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -79,9 +80,12 @@ def judge(report: DiagnoseReport) -> Verdict:
         name = next(iter(failures))
         lane = next(x for x in report.lanes if x.name == name)
         kept = [s for s in STAGES[1:4] if s in lane.values]
-        facts = ([f"runtime bug, not your file: the emulated runtime semantics run {name} "
-                  f"({lane.values[kept[-1]].mean_acceptance_length.mean:.3f} at stage {number(kept[-1])})"]
-                 if kept else [])
+        runs = (f"the emulated runtime semantics run {name} "
+                f"({lane.values[kept[-1]].mean_acceptance_length.mean:.3f} at stage {number(kept[-1])})")
+        args = report.settings.get("server_args") or ()
+        facts = ([] if not kept else [f"not your file: {runs}, and llama-server ran with --server-args "
+                                      f"{shlex.join(args)!r}: rerun without them to tell them from a runtime bug"]
+                 if args else [f"runtime bug, not your file: {runs}"])
         return Verdict("runtime", name, 0.0, None, facts + crashed[1:], failures=failures)  # [0] is the text
     if not losses:
         return Verdict(None, facts=_no_loss_facts(report))
@@ -175,8 +179,14 @@ def _facts(report: DiagnoseReport, d: Delta) -> list[str]:
     prior = next((x for x in deltas if x.drafter == d.drafter and x.stage == d.since), None)
     kept = prior is None or not prior.loss
     other = _other_engine(report)
+    args = report.settings.get("server_args") or ()
     if other:
         facts.append(other)
+    elif d.since == "runtime-semantics" and kept and args:
+        facts.append(f"not your file: the runtime loses {d.loss:.3f} mean acceptance length while the emulated runtime "
+                     f"semantics keep it ({d.before:.3f}), and llama-server ran with --server-args "
+                     f"{shlex.join(args)!r}, which stage 4 does not model: rerun without them to tell them from a "
+                     "runtime bug")
     elif d.since == "runtime-semantics" and kept:
         facts.append(f"runtime bug, not your file: the runtime loses {d.loss:.3f} mean acceptance length while the "
                      f"emulated runtime semantics keep it ({d.before:.3f})")

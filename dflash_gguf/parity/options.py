@@ -8,6 +8,10 @@ from ..config.values import MAX_BLOCK_SIZE
 from ..errors import UsageError
 
 
+# transformers' named placements (``from_pretrained(device_map=...)``), done by accelerate
+DEVICE_MAPS = ("auto", "balanced", "balanced_low_0", "sequential")
+
+
 @dataclass(frozen=True)
 class ParityOptions:
     max_new_tokens: int = 64
@@ -24,6 +28,7 @@ class ParityOptions:
     draft_context: int | None = None  # the emulated run's draft-context cap; None: the runtime's (llama.cpp: 512)
     stop_ids: tuple[int, ...] | None = None  # None: the target's eos ids
     target_backend: str = "native"  # "native" (our Qwen3/Llama) | "transformers" (any HF causal LM)
+    device_map: str | None = None  # transformers backend: accelerate's placement ("auto": every GPU, then CPU memory)
     jobs: int = 0  # prompts run at once on CPU, one torch thread each (reference/pool.py); 0 = one per core
 
     def __post_init__(self) -> None:
@@ -41,3 +46,9 @@ class ParityOptions:
         for name, ok, rule in checks:
             if not ok:
                 raise UsageError(f"--{name.replace('_', '-')} {getattr(self, name)}: out of range; give {rule}")
+        if self.device_map is not None:
+            if self.target_backend != "transformers":
+                raise UsageError(f"--device-map {self.device_map}: it places a transformers target; add "
+                                 "--target-backend transformers")
+            if self.device_map not in DEVICE_MAPS:
+                raise UsageError(f"--device-map {self.device_map!r}: choose {', '.join(DEVICE_MAPS)}")

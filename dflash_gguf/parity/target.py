@@ -21,7 +21,7 @@ def load_target(target: str | Path, opts: ParityOptions):
 
         if not p.is_dir():
             raise UsageError(f"--target-backend transformers: {target} must be a Hugging Face directory")
-        model = load_hf_target(p, dtype=opts.dtype, device=opts.device)
+        model = load_hf_target(p, dtype=opts.dtype, device=opts.device, device_map=opts.device_map)
     elif p.is_file():
         model = ref.target_from_gguf(p, dtype=opts.dtype, device=opts.device)
     elif p.is_dir():

@@ -28,7 +28,8 @@ from typing import Any
 
 import torch
 
-from ..errors import ConfigError, UsageError
+from .._lazy import require
+from ..errors import ConfigError
 from .common import RopeSpec
 from .load import resolve_device, resolve_dtype
 from .target import check_taps
@@ -144,8 +145,9 @@ class HFTarget:
             hs = out.hidden_states
             H = hs[0].shape[-1]
             for slot, t in enumerate(taps):
-                features_out[pos:pos + L, slot * H:(slot + 1) * H] = hs[t + 1][0]
-        return out.logits
+                features_out[pos:pos + L, slot * H:(slot + 1) * H] = hs[t + 1][0]  # copied across devices
+        # placed by a device map, the last layer may sit on another device than the caller's tokens
+        return out.logits.to(input_ids.device)
 
     __call__ = forward
 
@@ -170,26 +172,31 @@ class HFTarget:
 
 
 def load_hf_target(target_dir: str | Path, *, dtype: str | torch.dtype = "float32",
-                   device: str | torch.device = "auto", attn_implementation: str = "sdpa") -> HFTarget:
+                   device: str | torch.device = "auto", attn_implementation: str = "sdpa",
+                   device_map: str | None = None) -> HFTarget:
     """Load any causal LM transformers knows (local files only) as a loop target.
 
-    ``attn_implementation="sdpa"`` is what z-lab's benchmark uses.
+    ``attn_implementation="sdpa"`` is what z-lab's benchmark uses. ``device_map`` ("auto", …):
+    accelerate spreads the layers over every GPU and then CPU memory, for a target that outgrows
+    one device; ``device`` is then only the drafter's.
 
     Raises:
         UsageError: transformers is not installed, an unknown dtype, or CUDA asked for without one.
         ConfigError: transformers cannot load the directory as a causal LM.
     """
-    try:
-        import transformers
-    except ImportError:
-        raise UsageError("--target-backend transformers needs transformers: pip install transformers "
-                         "(or use the built-in backend for qwen3/llama targets)") from None
+    transformers = require("transformers", "--target-backend transformers", "hf",
+                           "or the built-in backend for qwen3/llama targets")
     torch_dtype = resolve_dtype(dtype)
     dev = resolve_device(device)
+    placement = {}
+    if device_map is not None:
+        require("accelerate", f"--device-map {device_map}", "hf")
+        placement = {"device_map": device_map}
     try:
         model = transformers.AutoModelForCausalLM.from_pretrained(
-            str(target_dir), local_files_only=True, dtype=torch_dtype, attn_implementation=attn_implementation)
+            str(target_dir), local_files_only=True, dtype=torch_dtype, attn_implementation=attn_implementation,
+            **placement)
     except (OSError, ValueError, KeyError) as exc:
         msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ConfigError(f"{target_dir}: transformers cannot load this target ({msg})") from None
-    return HFTarget(model.to(dev).eval())
+    return HFTarget((model if placement else model.to(dev)).eval())

@@ -7,7 +7,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from dflash_gguf.cli.bench import _named_url, _pm, _spark, _split_args
+from dflash_gguf.cli._options import split_server_args as _split_args
+from dflash_gguf.cli.bench import _named_url, _pm, _spark
 from dflash_gguf.errors import UsageError
 from tests.bench.conftest import TARGET  # the fixtures come through tests/cli/conftest.py
 from tests.conftest import FIXTURES

@@ -53,6 +53,11 @@ def second_prompt(tmp_path):
     (("--drafter", RUNTIME / "drafter", "--prompt-ids", "1,2", "--limit", "2"), "--limit takes the first N prompts"),
     (("--drafter", RUNTIME / "drafter", "--suite", "chat", "--limit", "0"), "--limit 0: must be at least 1"),
     (("--drafter", RUNTIME / "drafter", "--suite", "nope"), "--suite 'nope': not a suite name"),
+    (("--drafter", RUNTIME / "drafter", "--prompt-ids", "1,2", "--server-args", "-ngl 99"), "give --server-bin"),
+    (("--drafter", RUNTIME / "drafter", "--prompt-ids", "1,2", "--device-map", "auto"), "add --target-backend transformers"),
+    (("--drafter", RUNTIME / "drafter", "--prompt-ids", "1,2", "--target-backend", "transformers", "--target",
+      RUNTIME / "target.gguf"), "--target-backend transformers loads a Hugging Face directory"),
+    (("--drafter", RUNTIME / "drafter", "--prompt-ids", "1,2", "--server-args", "-a 'b"), "cannot split it into flags"),
 ])
 def test_bad_inputs_are_one_line_and_exit_2(cli, args, says):
     code, so, se = cli(*BASE, *args)

@@ -126,3 +126,62 @@ def test_stage_5_in_a_real_llama_server_with_the_served_target_quantized(llama_s
     assert r.stage("runtime").ran, good.skipped
     assert good.values["runtime"].mean_acceptance_length.mean >= 1
     assert any(d.stage == "runtime" and d.since == "runtime-semantics" for d in r.deltas())
+
+
+def _served(llama_server_bin, server_args=()):
+    """The trained pair through stages 2, 4 and 5 (the f32 target.gguf served as it is)."""
+    from dflash_gguf.diagnose import DiagnoseOptions, run_diagnose
+
+    opts = DiagnoseOptions(max_new_tokens=32, device="cpu", jobs=1, server_bin=llama_server_bin,
+                           target_gguf=RUNTIME / "target.gguf", server_args=tuple(server_args))
+    return run_diagnose(RUNTIME / "target", RUNTIME / "drafter", _first_prompt(),
+                        drafter_ggufs=[RUNTIME / "drafter.gguf"], options=opts)
+
+
+def test_a_healthy_pair_loses_nothing_and_the_server_equals_its_emulation(llama_server_bin):
+    """Greedy, the f32 target served as it is: llama-server accepts exactly what the emulated
+    llama.cpp semantics accept (bench and parity --emulate agree on this pair), so no stage loses."""
+    r = _served(llama_server_bin)
+    good = lane(r, "drafter.gguf")
+    assert r.stage("runtime").ran, good.skipped or good.failed
+    at = {s: v.mean_acceptance_length.mean for s, v in good.values.items()}
+    assert at["runtime"] == at["runtime-semantics"] == at["conversion"] > 5, at
+    assert judge(r).stage is None and not [d for d in r.deltas() if d.loss > 0]
+
+
+def test_server_flags_the_emulation_does_not_model_are_the_runtime_stage(llama_server_bin):
+    """A high --spec-draft-p-min makes llama-server stop drafting at the first unsure token: stage 4
+    keeps the acceptance, stage 5 loses it, and the verdict names the flags, not the file."""
+    r = _served(llama_server_bin, ("--spec-draft-p-min", "0.99"))
+    verdict = judge(r)
+    assert (verdict.stage, verdict.drafter) == ("runtime", "drafter.gguf"), verdict.text
+    assert set(verdict.losses) == {"runtime"}
+    assert any("--server-args '--spec-draft-p-min 0.99', which stage 4 does not model" in f for f in verdict.facts)
+    assert r.stage("runtime").notes[0].endswith("--spec-draft-p-min 0.99; the prompts sent as token ids")
+    assert r.settings["server_args"] == ("--spec-draft-p-min", "0.99")
+
+
+def test_server_args_need_a_server_diagnose_starts():
+    from dflash_gguf.diagnose import DiagnoseOptions
+    from dflash_gguf.errors import UsageError
+
+    with pytest.raises(UsageError, match="--server-args are flags for the llama-server diagnose starts"):
+        DiagnoseOptions(server_args=("-ngl", "99"), servers=((None, "http://127.0.0.1:8080"),))
+
+
+@pytest.mark.slow
+def test_a_device_mapped_transformers_target_runs_the_stages_alike():
+    """Large targets: --target-backend transformers --device-map auto (accelerate places the
+    target; here on the CPU) gives every stage the built-in target's numbers."""
+    pytest.importorskip("transformers")
+    pytest.importorskip("accelerate")
+    from dflash_gguf.diagnose import DiagnoseOptions, run_diagnose
+
+    got = []
+    for backend in ({}, {"target_backend": "transformers", "device_map": "auto"}):
+        opts = DiagnoseOptions(max_new_tokens=16, device="cpu", jobs=1, **backend)
+        r = run_diagnose(RUNTIME / "target", RUNTIME / "drafter", _first_prompt(),
+                         drafter_ggufs=[RUNTIME / "drafter.gguf"], options=opts)
+        got.append({(x.name, s): v.mean_acceptance_length.mean for x in r.lanes for s, v in x.values.items()})
+    assert got[0] == got[1] and len(got[0]) == 4, got
+    assert r.settings["device_map"] == "auto"
