@@ -156,6 +156,7 @@ def _make_quants(target, drafter, lanes: list[Lane], opts: DiagnoseOptions, out:
 def _reference_stages(target, drafter, prompts, lanes: list[Lane], opts: DiagnoseOptions, stages: list[StageRun],
                       stage3: Stage3Target | None, no_stage3: str | None, say: Progress) -> None:
     from ..parity import require_torch, run_parity
+    from ..parity.target import load_target
 
     ggufs = [x for x in lanes if not x.is_checkpoint]
     try:
@@ -167,8 +168,10 @@ def _reference_stages(target, drafter, prompts, lanes: list[Lane], opts: Diagnos
     ck = lanes[0]
     emulate = dict(emulate=opts.emulate, draft_context=opts.draft_context)
     say("stages 1-2: the checkpoint and each GGUF drafter with the full-precision target")
-    first = run_parity(target, drafter, prompts, drafter_ggufs=[x.path for x in ggufs],
-                       options=opts.parity(target, **({} if stage3 else emulate)))  # stage 4 follows stage 3 when it runs
+    popts = opts.parity(target, **({} if stage3 else emulate))  # stage 4 follows stage 3 when it runs
+    tmodel = load_target(target, popts)  # loaded once for the stages that run on it (stage 4 too, without stage 3)
+    first = run_parity(target, drafter, prompts, drafter_ggufs=[x.path for x in ggufs], options=popts,
+                       target_model=tmodel)
     ck.values["reference"] = _value([p.reference for p in first.prompts])
     stages.append(StageRun("reference", True))
     for i, x in enumerate(ggufs):
@@ -178,8 +181,11 @@ def _reference_stages(target, drafter, prompts, lanes: list[Lane], opts: Diagnos
     if stage3 is not None:
         say(f"stage 3: the same drafters with {stage3.label}")
         tpath = _stage3_path(target, stage3)
-        last = run_parity(tpath, drafter, prompts, drafter_ggufs=[x.path for x in ggufs],
-                          options=opts.parity(tpath, target_quant=_round_trip(stage3), **emulate))
+        popts = opts.parity(tpath, target_quant=_round_trip(stage3), **emulate)
+        del tmodel  # a large target: one in memory at a time
+        tmodel = load_target(tpath, popts)
+        last = run_parity(tpath, drafter, prompts, drafter_ggufs=[x.path for x in ggufs], options=popts,
+                          target_model=tmodel)
         ck.values["target"] = _value([p.reference for p in last.prompts])
         for i, x in enumerate(ggufs):
             x.values["target"] = _value([p.drafters[i] for p in last.prompts])
@@ -188,7 +194,7 @@ def _reference_stages(target, drafter, prompts, lanes: list[Lane], opts: Diagnos
         stages.append(StageRun("target", False, no_stage3))
     say(f"stage 4: {opts.emulate} semantics, the checkpoint and each GGUF")
     ck.values["runtime-semantics"] = _value([p.emulated for p in last.prompts])
-    _emulate_ggufs(target, drafter, prompts, ggufs, opts, stage3)
+    _emulate_ggufs(target, drafter, prompts, ggufs, opts, stage3, tmodel)
     stages.append(StageRun("runtime-semantics", True, notes=[f"--emulate {opts.emulate}"]
                            + ([] if opts.draft_context is None else [f"--draft-context {opts.draft_context}"])
                            + ([] if stage3 is None else [f"on the stage-3 target ({stage3.label})"])))
@@ -222,21 +228,21 @@ def _value(rows, logits: bool = False, notes: Sequence[str] = ()) -> StageValue:
 
 
 def _emulate_ggufs(target, drafter, prompts, ggufs: list[Lane], opts: DiagnoseOptions,
-                   stage3: Stage3Target | None) -> None:
+                   stage3: Stage3Target | None, tmodel) -> None:
     """Stage 4 for each GGUF: parity's emulation (``emulated_config``, the draft-context cap)
-    applied to the drafter as the GGUF defines it, on the stage-3 (or stage-2) target."""
+    applied to the drafter as the GGUF defines it, on the stage-3 (or stage-2) target ``tmodel``,
+    the one the last parity run used."""
     if not ggufs:
         return
     from .. import reference as ref
     from ..parity.emulate import LLAMA_CPP_DRAFT_CONTEXT, emulated_config
     from ..parity.report import summarize
-    from ..parity.target import load_target, target_stop_ids
+    from ..parity.target import target_stop_ids
     from ..reference.load import drafter_from_state
     from ..reference.pool import map_prompts, prompt_jobs
 
     tpath = _stage3_path(target, stage3)
     popts = opts.parity(tpath, target_quant=_round_trip(stage3), emulate=opts.emulate, draft_context=opts.draft_context)
-    tmodel = load_target(tpath, popts)
     stops = target_stop_ids(tpath)
     cap = popts.draft_context or LLAMA_CPP_DRAFT_CONTEXT
     why = ("historical llama.cpp cross_ctx default" if popts.draft_context is None  # parity's wording (load_emulated)

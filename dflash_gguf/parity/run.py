@@ -33,8 +33,12 @@ def run_parity(
     options: ParityOptions = ParityOptions(),
     dump: str | Path | None = None,
     against: str | Path | None = None,
+    target_model=None,
 ) -> ParityReport:
     """Reference vs GGUF drafters on the same target and prompts. See the module docstring.
+
+    ``target_model``: ``target`` already loaded by ``parity.target.load_target`` with these
+    options (diagnose runs several stages on one target instead of loading it for each).
 
     Raises:
         UsageError / ConfigError / WeightsError / GGUFFormatError: bad inputs (one line each); torch
@@ -51,7 +55,7 @@ def run_parity(
     from .. import reference as ref
     from ..reference.pool import map_prompts, prompt_jobs
 
-    tmodel = load_target(target, options)
+    tmodel = load_target(target, options) if target_model is None else target_model
     ref_drafter = ref.load_drafter(drafter, dtype=options.dtype, device=options.device)
     cfg = ref_drafter.cfg
     vocab = tmodel.spec.vocab_size
