@@ -185,3 +185,45 @@ def test_a_device_mapped_transformers_target_runs_the_stages_alike():
         got.append({(x.name, s): v.mean_acceptance_length.mean for x in r.lanes for s, v in x.values.items()})
     assert got[0] == got[1] and len(got[0]) == 4, got
     assert r.settings["device_map"] == "auto"
+
+
+def test_an_aggressive_quant_is_the_conversion_stage_and_the_recommendation_avoids_it():
+    """Greedy over the fixture's five prompts: Q2_K loses acceptance that Q3_K_S keeps (runs
+    repeat exactly, so any loss is beyond 1σ). The verdict blames the quantization, not the
+    converter (the full-precision file keeps it), and the smallest file within 1σ of it is the
+    Q3_K_S one, though the Q2_K file is smaller."""
+    from dflash_gguf.diagnose import DiagnoseOptions, run_diagnose
+    from dflash_gguf.parity import read_prompts_file
+
+    opts = DiagnoseOptions(device="cpu", jobs=1, quants=("q2_k", "q3_k_s"))
+    r = run_diagnose(RUNTIME / "target", RUNTIME / "drafter", read_prompts_file(RUNTIME / "prompts.jsonl", RUNTIME / "target"),
+                     drafter_ggufs=[RUNTIME / "drafter.gguf"], options=opts)
+    at = {x.name: x.values["conversion"].mean_acceptance_length.mean for x in r.lanes if not x.is_checkpoint}
+    assert at["drafter-Q2_K.gguf"] < at["drafter-Q3_K_S.gguf"] == at["drafter.gguf"], at
+    verdict = judge(r)
+    assert (verdict.stage, verdict.drafter) == ("conversion", "drafter-Q2_K.gguf"), verdict.text
+    assert "the full-precision drafter.gguf keeps it (15.750): the loss is the quantization to Q2_K" in verdict.facts
+    q2, q3 = lane(r, "drafter-Q2_K.gguf"), lane(r, "drafter-Q3_K_S.gguf")
+    assert q2.file_size < q3.file_size
+    assert recommend(r).drafter.name == "drafter-Q3_K_S.gguf"
+
+
+def test_sliding_layers_trained_causal_run_non_causal_are_the_runtime_semantics_stage():
+    """The second trained drafter (fixtures/runtime/drafter-swa: a causal, windowed sliding layer
+    and a full layer): its GGUF keeps the checkpoint's acceptance, and llama.cpp's one non-causal
+    flag for every layer loses it at stage 4, for the checkpoint and the file alike. The file is
+    not blamed: mainline's format cannot carry per-layer causality."""
+    from dflash_gguf.diagnose import DiagnoseOptions, run_diagnose
+    from dflash_gguf.parity import read_prompts_file
+
+    r = run_diagnose(RUNTIME / "target", RUNTIME / "drafter-swa",
+                     read_prompts_file(RUNTIME / "prompts.jsonl", RUNTIME / "target"),
+                     drafter_ggufs=[RUNTIME / "drafter-swa.gguf"], options=DiagnoseOptions(device="cpu", jobs=1))
+    verdict = judge(r)
+    assert verdict.stage == "runtime-semantics", verdict.text
+    assert set(verdict.losses) == {"runtime-semantics"}
+    assert "llama.cpp semantics: all layers non-causal (the reference makes sliding layers causal)" in verdict.facts
+    for x in r.lanes:
+        before = x.values["reference" if x.is_checkpoint else "conversion"].mean_acceptance_length.mean
+        after = x.values["runtime-semantics"].mean_acceptance_length.mean
+        assert before > 15 and after < 0.7 * before, (x.name, before, after)
