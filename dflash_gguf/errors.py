@@ -1,4 +1,4 @@
-"""Every exit code of the CLI, in one place: the exception hierarchy (1-8, 13, 30, 32, 40-41, 130) and the
+"""Every exit code of the CLI, in one place: the exception hierarchy (1-9, 13, 30, 32, 40-41, 130) and the
 verdict codes of the commands whose answer can be "no" (10-13, 20, 31-32, 50).
 
 The CLI catches DflashError only and prints ``str(err)`` as one line. Exit codes are
@@ -63,6 +63,13 @@ class QuantizationError(DflashError):
     """A tensor cannot be quantized as asked (NaN/inf, shape, already quantized)."""
 
     exit_code = 8
+
+
+class HubError(DflashError):
+    """A Hugging Face repo id could not be resolved: no such repo or revision, no access (gated,
+    private), offline with nothing cached, or the Hub unreachable (dflash_gguf/hub.py)."""
+
+    exit_code = 9
 
 
 class ParityFailure(DflashError):

@@ -35,6 +35,16 @@ DeviceMapOpt = Annotated[Optional[str], typer.Option("--device-map", help="With 
 TokenizerDirOpt = Annotated[Optional[Path], typer.Option("--tokenizer-dir", help="Where tokenizer.json / tokenizer.model live (default: --target).")]
 
 
+def resolve_drafter_and_target(drafter: Path, target: Path) -> tuple[Path, Path]:
+    """parity's and diagnose's --drafter and --target: a Hugging Face repo id (ORG/NAME[@REV]) becomes
+    its cached snapshot, downloaded if need be; a local path (a GGUF target too) stays as typed
+    (docs/hub.md). The drafter first: a typo in it should not cost a download of the target's weights."""
+    from ..hub import DRAFTER_FILES, TARGET_FILES, resolve_dir
+
+    drafter = resolve_dir(drafter, flag="--drafter", allow_patterns=DRAFTER_FILES)
+    return drafter, resolve_dir(target, flag="--target", allow_patterns=TARGET_FILES)
+
+
 def check_prompt_options(prompt_ids: str | None, prompt: str | None, prompts_file: Path | None) -> list[list[int]] | None:
     """Exactly one prompt source; ``--prompt-ids`` parsed (None for the other two, which need the
     tokenizer: ``read_prompts``). Raises UsageError."""

@@ -41,7 +41,7 @@ ProgressOpt = Annotated[bool, typer.Option("--progress/--no-progress", help="Pro
 @app.command("compare-weights")
 def compare_cmd(
     source: Annotated[Path, typer.Argument(help="The drafter checkpoint dir (safetensors + config.json), "
-                                           "or a GGUF A.")],
+                                           "a Hugging Face repo id ORG/NAME[@REV] (docs/hub.md), or a GGUF A.")],
     gguf: Annotated[Path, typer.Argument(help="The GGUF to check (B).")],
     fmt: VerdictFormatOpt = None,
     json_out: VerdictJsonOpt = False,
@@ -62,6 +62,7 @@ def compare_cmd(
     Example: dflash-gguf compare-weights z-lab/Qwen3-8B-DFlash-b16 drafter-q8_0.gguf
     """
     from ..compare import compare, parse_tolerances  # here: the engine imports numpy and gguf-py
+    from ..hub import DRAFTER_FILES, resolve_dir
     from ..verdict import Envelope, sources
     from ..verdict.envelope import Coverage
     from ..verdict.rules import rules_of
@@ -72,6 +73,8 @@ def compare_cmd(
                                                                              constants=not no_constants)),))
     try:
         tolerances = parse_tolerances(tolerance or [])
+        # A repo id (ORG/NAME[@REV]) becomes its cached snapshot; a local path stays as typed.
+        source = resolve_dir(source, flag="compare-weights", allow_patterns=DRAFTER_FILES, progress=progress and o.text)
         total = _planned_bytes(gguf)
         with byte_progress(total, f"comparing {gguf.name}", enabled=progress and o.text) as advance:
             r = compare(source, gguf, tolerances=tolerances, requantize=not no_requantize, workers=workers,

@@ -19,12 +19,12 @@ if TYPE_CHECKING:  # the converter (numpy, gguf-py, safetensors) is imported whe
 
 @app.command("convert")
 def convert_cmd(
-    drafter_dir: Annotated[Path, typer.Argument(help="Drafter dir: config.json + model.safetensors (or sharded index).")],
+    drafter_dir: Annotated[Path, typer.Argument(help="Drafter dir: config.json + model.safetensors (or sharded index), or a Hugging Face repo id ORG/NAME[@REV].")],
     output: OutfileOpt = None,
     format: FormatOpt = "llama.cpp",
     outtype: Annotated[str, typer.Option("--outtype", "-t", help=f"{', '.join(OUTTYPES)}; norms and 1-D stay F32.")] = "auto",
     target_gguf: Annotated[Optional[Path], typer.Option("--target-gguf", help="Target model GGUF: tokenizer.* copied.")] = None,
-    target_dir: Annotated[Optional[Path], typer.Option("--target-dir", help="Target Hugging Face dir: vocab built from its tokenizer.")] = None,
+    target_dir: Annotated[Optional[Path], typer.Option("--target-dir", help="Target Hugging Face dir (or repo id ORG/NAME[@REV]: its config and tokenizer only): vocab built from its tokenizer.")] = None,
     dry_run: DryRunOpt = False,
     json_out: JsonOpt = False,
     force: ForceOpt = False,
@@ -38,8 +38,18 @@ def convert_cmd(
 
     if output is not None and not dry_run:  # refused now, not after reading the target
         check_output(output, inputs=(drafter_dir, target_gguf, target_dir), force=force)
+    # a Hugging Face repo id (ORG/NAME[@REV]) becomes its cached snapshot: the drafter's files, and
+    # only the target's config and tokenizer, never its weights (docs/hub.md)
+    from ..hub import DRAFTER_FILES, TARGET_CONFIG_FILES, parse_repo_id, resolve_dir
+
+    typed, drafter_dir = drafter_dir, resolve_dir(drafter_dir, flag="convert", allow_patterns=DRAFTER_FILES,
+                                                  progress=not json_out)
+    repo = parse_repo_id(typed) if drafter_dir != typed else None  # named as a clone of it would be
+    if target_dir is not None:
+        target_dir = resolve_dir(target_dir, flag="--target-dir", allow_patterns=TARGET_CONFIG_FILES,
+                                 progress=not json_out)
     conv = plan_conversion(drafter_dir, format=format, outtype=outtype.lower(), target_gguf=target_gguf,
-                           target_dir=target_dir)
+                           target_dir=target_dir, name=repo[0].split("/")[1] if repo else None)
     if dry_run:
         if json_out:
             print_json({**conv.plan.to_json(), "target_checks": conv.target_checks})

@@ -11,15 +11,15 @@ from ._app import app
 from ._common import esc, note, out, warn
 from ._options import (
     DeviceMapOpt, PromptIdsOpt, PromptOpt, PromptsFileOpt, ServerArgsOpt, TargetBackendOpt, TokenizerDirOpt,
-    check_prompt_options, read_prompts, split_server_args,
+    check_prompt_options, read_prompts, resolve_drafter_and_target, split_server_args,
 )
 from ._verdict import Output, ReportOpt, VerdictFormatOpt, VerdictJsonOpt
 
 
 @app.command("diagnose")
 def diagnose_cmd(
-    target: Annotated[Path, typer.Option("--target", help="The full-precision target for stages 1-4: Hugging Face dir (qwen3/llama) or a GGUF.")],
-    drafter: Annotated[Path, typer.Option("--drafter", help="The original drafter dir (safetensors + config.json): the reference.")],
+    target: Annotated[Path, typer.Option("--target", help="The full-precision target for stages 1-4: Hugging Face dir (qwen3/llama), its repo id ORG/NAME[@REV], or a GGUF.")],
+    drafter: Annotated[Path, typer.Option("--drafter", help="The original drafter dir (safetensors + config.json) or its repo id ORG/NAME[@REV]: the reference.")],
     drafter_gguf: Annotated[Optional[list[Path]], typer.Option("--drafter-gguf", help="A drafter GGUF to follow through the stages (repeatable).")] = None,
     quants: Annotated[Optional[str], typer.Option("--quants", help="Also quantize the full-precision GGUF drafter (given, else converted from --drafter) to these types, e.g. q8_0,q6_k,q5_k_m,q4_k_m,iq4_xs.")] = None,
     quants_dir: Annotated[Optional[Path], typer.Option("--quants-dir", help="Keep the files --quants makes here (default: a temp dir, removed).")] = None,
@@ -90,6 +90,7 @@ def diagnose_cmd(
     o = Output(fmt, json_out, report_to, (target, drafter, *ggufs, target_gguf, prompts_file))
     env = Envelope("diagnose", 0, [], tuple(str(p) for p in (drafter, *ggufs)))
     try:
+        drafter, target = resolve_drafter_and_target(drafter, target)
         if suite:
             sets = suite_prompts(suite, target, tokenizer_dir, limit)
         else:

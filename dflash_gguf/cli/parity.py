@@ -11,7 +11,7 @@ from ._app import app
 from ._common import esc, note, out, warn
 from ._options import (
     DeviceMapOpt, PromptIdsOpt, PromptOpt, PromptsFileOpt, TargetBackendOpt, TokenizerDirOpt, check_prompt_options,
-    read_prompts,
+    read_prompts, resolve_drafter_and_target,
 )
 from ._verdict import Output, ReportOpt, VerdictFormatOpt, VerdictJsonOpt
 
@@ -20,8 +20,8 @@ FLAG_TOP1 = 0.9  # below this teacher-forced top-1 agreement a GGUF drafter is f
 
 @app.command("parity")
 def parity_cmd(
-    target: Annotated[Path, typer.Option("--target", help="Target: Hugging Face dir (qwen3/llama) or a qwen3/llama GGUF.")],
-    drafter: Annotated[Path, typer.Option("--drafter", help="The original drafter dir (safetensors + config.json): the reference.")],
+    target: Annotated[Path, typer.Option("--target", help="Target: Hugging Face dir (qwen3/llama), its repo id ORG/NAME[@REV], or a qwen3/llama GGUF.")],
+    drafter: Annotated[Path, typer.Option("--drafter", help="The original drafter dir (safetensors + config.json) or its repo id ORG/NAME[@REV]: the reference.")],
     drafter_gguf: Annotated[Optional[list[Path]], typer.Option("--drafter-gguf", help="A GGUF of the drafter to compare (repeatable).")] = None,
     prompt_ids: PromptIdsOpt = None,
     prompt: PromptOpt = None,
@@ -84,6 +84,7 @@ def parity_cmd(
                                   for p in (drafter_gguf or [drafter])))
     try:
         require_torch()  # before the prompts are tokenized: the run needs it
+        drafter, target = resolve_drafter_and_target(drafter, target)  # after: no download for a run that cannot start
         prompts = read_prompts(prompt_ids, prompt, prompts_file, target, tokenizer_dir)
         report = run_parity(target, drafter, prompts, drafter_ggufs=drafter_gguf or [], options=opts, dump=dump,
                             against=against)

@@ -57,8 +57,12 @@ def plan_conversion(
     outtype: str = "auto",
     target_gguf: str | Path | None = None,
     target_dir: str | Path | None = None,
+    name: str | None = None,
 ) -> Conversion:
-    """Load and validate the checkpoint, the config and the target; build the plan (no output)."""
+    """Load and validate the checkpoint, the config and the target; build the plan (no output).
+
+    ``name``: ``general.name``; default the drafter directory's name (a Hub snapshot, whose
+    directory is a commit hash, passes its repo's name)."""
     fmt = get_format(format)
     if target_gguf and target_dir:
         raise UsageError("pass only one of --target-gguf and --target-dir")
@@ -85,7 +89,7 @@ def plan_conversion(
         extra = target_tables(cfg, inventory, target_gguf, target_dir)
         mask = load_mask_embedding(drafter_dir, cfg, extra[EMBED].dtype)
     plan = build_plan(cfg, fmt, inventory, outtype, tokenizer=tokenizer, target_hidden=target_hidden,
-                      target_mrope=mrope, name=Path(drafter_dir).resolve().name, extra_sources=extra,
+                      target_mrope=mrope, name=name or Path(drafter_dir).resolve().name, extra_sources=extra,
                       mask_row=mask is not None)
     own = {t.name for t in inventory}
     inventory = [*inventory, *(t for t in extra.values() if t.name not in own)]
