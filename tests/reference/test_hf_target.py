@@ -110,5 +110,5 @@ def test_cache_crop_tracks_length(models):
 
 def test_missing_transformers_is_a_usage_error(monkeypatch, tmp_path):
     monkeypatch.setitem(sys.modules, "transformers", None)
-    with pytest.raises(UsageError, match="pip install transformers"):
+    with pytest.raises(UsageError, match=r"needs the 'transformers' package: pip install 'dflash-gguf\[hf\]'"):
         load_hf_target(tmp_path)
