@@ -13,7 +13,6 @@ DryRunOpt = Annotated[bool, typer.Option("--dry-run", help="Print the plan; writ
 ServerArgsOpt = Annotated[Optional[str], typer.Option("--server-args", help="Extra llama-server flags, e.g. \"-ngl 99 -fa on\".")]
 
 
-
 def __getattr__(name: str):
     """``FormatOpt``, built when convert or retarget imports it: its help names the formats, and
     importing formats/ (and config/) costs ~40 ms that the other commands need not pay."""

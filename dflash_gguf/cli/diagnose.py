@@ -84,7 +84,8 @@ def diagnose_cmd(
         target_backend=target_backend, device_map=device_map,
         quants=tuple(q for q in (quants or "").replace(" ", "").split(",") if q), quants_dir=quants_dir,
         target_quant=target_quant, emulate=emulate, draft_context=draft_context, target_gguf=target_gguf,
-        server_bin=server_bin, server_args=split_server_args(server_args), servers=tuple(_server(s) for s in server or []), engine=engine, server_log=server_log,
+        server_bin=server_bin, server_args=split_server_args(server_args), servers=tuple(_server(s) for s in server or []),
+        engine=engine, server_log=server_log,
         expect=expect)
     _check_parity_values(opts)
     o = Output(fmt, json_out, report_to, (target, drafter, *ggufs, target_gguf, prompts_file))

@@ -168,9 +168,10 @@ def _reference_stages(target, drafter, prompts, lanes: list[Lane], opts: Diagnos
     ck = lanes[0]
     emulate = dict(emulate=opts.emulate, draft_context=opts.draft_context)
     say("stages 1-2: the checkpoint and each GGUF drafter with the full-precision target")
-    popts = opts.parity(target, **({} if stage3 else emulate))  # stage 4 follows stage 3 when it runs
-    tmodel = load_target(target, popts)  # loaded once for the stages that run on it (stage 4 too, without stage 3)
-    first = run_parity(target, drafter, prompts, drafter_ggufs=[x.path for x in ggufs], options=popts,
+    # stage 4 runs on the target, with the options, of the last parity run: stage 3's when it runs
+    tpath, popts = target, opts.parity(target, **({} if stage3 else emulate))
+    tmodel = load_target(tpath, popts)  # loaded once for every stage that runs on it
+    first = run_parity(tpath, drafter, prompts, drafter_ggufs=[x.path for x in ggufs], options=popts,
                        target_model=tmodel)
     ck.values["reference"] = _value([p.reference for p in first.prompts])
     stages.append(StageRun("reference", True))
@@ -180,7 +181,7 @@ def _reference_stages(target, drafter, prompts, lanes: list[Lane], opts: Diagnos
     last = first
     if stage3 is not None:
         say(f"stage 3: the same drafters with {stage3.label}")
-        tpath = _stage3_path(target, stage3)
+        tpath = stage3.path if stage3.path is not None else target
         popts = opts.parity(tpath, target_quant=_round_trip(stage3), **emulate)
         del tmodel  # a large target: one in memory at a time
         tmodel = load_target(tpath, popts)
@@ -194,14 +195,10 @@ def _reference_stages(target, drafter, prompts, lanes: list[Lane], opts: Diagnos
         stages.append(StageRun("target", False, no_stage3))
     say(f"stage 4: {opts.emulate} semantics, the checkpoint and each GGUF")
     ck.values["runtime-semantics"] = _value([p.emulated for p in last.prompts])
-    _emulate_ggufs(target, drafter, prompts, ggufs, opts, stage3, tmodel)
+    _emulate_ggufs(drafter, prompts, ggufs, tpath, popts, tmodel)
     stages.append(StageRun("runtime-semantics", True, notes=[f"--emulate {opts.emulate}"]
                            + ([] if opts.draft_context is None else [f"--draft-context {opts.draft_context}"])
                            + ([] if stage3 is None else [f"on the stage-3 target ({stage3.label})"])))
-
-
-def _stage3_path(target, stage3: Stage3Target | None):
-    return stage3.path if stage3 is not None and stage3.path is not None else target
 
 
 def _round_trip(stage3: Stage3Target | None) -> str | None:
@@ -227,11 +224,10 @@ def _value(rows, logits: bool = False, notes: Sequence[str] = ()) -> StageValue:
     return StageValue(al, rate, a["per_position"], a["steps"], lp, all_notes)
 
 
-def _emulate_ggufs(target, drafter, prompts, ggufs: list[Lane], opts: DiagnoseOptions,
-                   stage3: Stage3Target | None, tmodel) -> None:
+def _emulate_ggufs(drafter, prompts, ggufs: list[Lane], tpath, popts, tmodel) -> None:
     """Stage 4 for each GGUF: parity's emulation (``emulated_config``, the draft-context cap)
-    applied to the drafter as the GGUF defines it, on the stage-3 (or stage-2) target ``tmodel``,
-    the one the last parity run used."""
+    applied to the drafter as the GGUF defines it, on the target the last parity run used (stage
+    3's, or stage 2's): ``tmodel``, loaded from ``tpath`` with the options ``popts``."""
     if not ggufs:
         return
     from .. import reference as ref
@@ -241,8 +237,6 @@ def _emulate_ggufs(target, drafter, prompts, ggufs: list[Lane], opts: DiagnoseOp
     from ..reference.load import drafter_from_state
     from ..reference.pool import map_prompts, prompt_jobs
 
-    tpath = _stage3_path(target, stage3)
-    popts = opts.parity(tpath, target_quant=_round_trip(stage3), emulate=opts.emulate, draft_context=opts.draft_context)
     stops = target_stop_ids(tpath)
     cap = popts.draft_context or LLAMA_CPP_DRAFT_CONTEXT
     why = ("historical llama.cpp cross_ctx default" if popts.draft_context is None  # parity's wording (load_emulated)

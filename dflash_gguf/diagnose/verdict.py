@@ -80,12 +80,11 @@ def judge(report: DiagnoseReport) -> Verdict:
         name = next(iter(failures))
         lane = next(x for x in report.lanes if x.name == name)
         kept = [s for s in STAGES[1:4] if s in lane.values]
-        runs = (f"the emulated runtime semantics run {name} "
-                f"({lane.values[kept[-1]].mean_acceptance_length.mean:.3f} at stage {number(kept[-1])})")
-        args = report.settings.get("server_args") or ()
-        facts = ([] if not kept else [f"not your file: {runs}, and llama-server ran with --server-args "
-                                      f"{shlex.join(args)!r}: rerun without them to tell them from a runtime bug"]
-                 if args else [f"runtime bug, not your file: {runs}"])
+        facts = []
+        if kept:
+            al = lane.values[kept[-1]].mean_acceptance_length.mean
+            facts.append(_not_your_file(report, f"the emulated runtime semantics run {name} ({al:.3f} at stage "
+                                                f"{number(kept[-1])})"))
         return Verdict("runtime", name, 0.0, None, facts + crashed[1:], failures=failures)  # [0] is the text
     if not losses:
         return Verdict(None, facts=_no_loss_facts(report))
@@ -179,23 +178,27 @@ def _facts(report: DiagnoseReport, d: Delta) -> list[str]:
     prior = next((x for x in deltas if x.drafter == d.drafter and x.stage == d.since), None)
     kept = prior is None or not prior.loss
     other = _other_engine(report)
-    args = report.settings.get("server_args") or ()
     if other:
         facts.append(other)
-    elif d.since == "runtime-semantics" and kept and args:
-        facts.append(f"not your file: the runtime loses {d.loss:.3f} mean acceptance length while the emulated runtime "
-                     f"semantics keep it ({d.before:.3f}), and llama-server ran with --server-args "
-                     f"{shlex.join(args)!r}, which stage 4 does not model: rerun without them to tell them from a "
-                     "runtime bug")
     elif d.since == "runtime-semantics" and kept:
-        facts.append(f"runtime bug, not your file: the runtime loses {d.loss:.3f} mean acceptance length while the "
-                     f"emulated runtime semantics keep it ({d.before:.3f})")
+        facts.append(_not_your_file(report, f"the runtime loses {d.loss:.3f} mean acceptance length while the "
+                                            f"emulated runtime semantics keep it ({d.before:.3f})"))
     elif d.since != "runtime-semantics":
         facts.append(f"compared with stage {number(d.since)} ({d.since}): the runtime's semantics were not emulated "
                      "for this drafter, so the loss may be the runtime's rules or the runtime's code")
     if report.server.get("build_info"):
         facts.append(f"llama-server build {report.server['build_info']}")
     return facts + v.notes
+
+
+def _not_your_file(report: DiagnoseReport, what: str) -> str:
+    """A runtime that loses (or fails on) what stage 4 keeps: a runtime bug, unless llama-server ran
+    with --server-args, flags stage 4 does not model, which are then named instead."""
+    args = report.settings.get("server_args") or ()
+    if not args:
+        return f"runtime bug, not your file: {what}"
+    return (f"not your file: {what}, and llama-server ran with --server-args {shlex.join(args)!r}, which stage 4 "
+            "does not model: rerun without them to tell them from a runtime bug")
 
 
 def _other_engine(report: DiagnoseReport) -> str | None:

@@ -78,6 +78,26 @@ def test_a_runtime_that_loses_what_its_emulated_rules_keep_is_a_runtime_bug():
     assert any("b1234" in f for f in verdict.facts)
 
 
+def test_server_flags_stage_4_does_not_model_are_named_instead_of_a_runtime_bug():
+    """With --server-args, a runtime that loses (or fails on) what stage 4 keeps points at the
+    flags; without them, at the runtime."""
+    lost = report(checkpoint(reference=v(10), runtime_semantics=v(10)),
+                  gguf("d.gguf", conversion=v(10), runtime_semantics=v(10), runtime=v(6)),
+                  server_args=("--spec-draft-p-min", "0.99"))
+    crashed = report(checkpoint(reference=v(10), runtime_semantics=v(10)),
+                     gguf("d.gguf", conversion=v(10), runtime_semantics=v(10)), server_args=("-ctkd", "q4_0"))
+    crashed.lanes[1].failed["runtime"] = "llama-server exited (exit code 1) before it was ready"
+    for r, flags in ((lost, "--spec-draft-p-min 0.99"), (crashed, "-ctkd q4_0")):
+        verdict = judge(r)
+        assert verdict.stage == "runtime"
+        assert not any(f.startswith("runtime bug") for f in verdict.facts)
+        assert any(f.startswith("not your file: ") and f"llama-server ran with --server-args '{flags}', which stage 4 "
+                   "does not model: rerun without them to tell them from a runtime bug" in f for f in verdict.facts)
+    crashed.settings["server_args"] = ()
+    assert any(f.startswith("runtime bug, not your file: the emulated runtime semantics run d.gguf (10.000 at stage 4)")
+               for f in judge(crashed).facts)
+
+
 def test_the_largest_real_loss_names_the_stage_and_the_others_are_listed():
     r = report(checkpoint(reference=v(10)),
                gguf("d.gguf", conversion=v(9), runtime_semantics=v(9), runtime=v(6)))
