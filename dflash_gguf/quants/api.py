@@ -11,7 +11,6 @@ from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 from ..errors import QuantizationError
 from ..fileio.bf16 import bf16_to_f32
 from .base import quantize_array, registered
-from .threads import default_threads  # noqa: F401  (the package's API)
 
 #: Types ``quantize`` can produce, byte-exact with ggml.
 QUANTIZE_TYPES: frozenset[GGMLQuantizationType] = frozenset(registered())

@@ -257,18 +257,19 @@ class BlockQuant:
 
 # The modules whose classes register a type (each on import, by subclassing BlockQuant).
 _TYPE_MODULES = ("floats", "q8_0", "legacy", "q4_k", "q6_k", "q3_k", "q2_k", "iq4")
-_ALL_REGISTERED = False
 
 
 def registered() -> dict[GGMLQuantizationType, type[BlockQuant]]:
     """Every quantizer class by its ggml type. The type modules are imported on the first call,
     not with the package: a job that only copies tensors never loads them."""
-    global _ALL_REGISTERED
-    if not _ALL_REGISTERED:
-        for name in _TYPE_MODULES:
-            importlib.import_module(f"{__package__}.{name}")
-        _ALL_REGISTERED = True
+    _import_type_modules()
     return _REGISTRY
+
+
+@functools.cache
+def _import_type_modules() -> None:
+    for name in _TYPE_MODULES:
+        importlib.import_module(f"{__package__}.{name}")
 
 
 def _first_nonfinite(chunk: np.ndarray) -> int | None:
