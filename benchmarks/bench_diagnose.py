@@ -31,6 +31,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from bench_convert import cpu_flags  # noqa: E402  (the same CPU line)
+
 RUNTIME = ROOT / "fixtures" / "runtime"
 PROMPTS = ("--prompts-file", str(RUNTIME / "prompts.jsonl"), "--tokenizer-dir", str(RUNTIME / "target"))
 COMMON = ("--device", "cpu", "--max-new-tokens", "64")
@@ -60,12 +63,16 @@ def by_hand_jobs(server: str, work: Path) -> list[list[str]]:
     ]
 
 
+# each side's processes, one after the other, by the name the table prints
+JOBS = {"diagnose": diagnose_jobs, "by hand": by_hand_jobs}
+
+
 def run_all(jobs: list[list[str]]) -> tuple[float, float]:
     """Seconds for the jobs one after the other, and the peak RSS (MiB) of any process they ran."""
     t = time.perf_counter()
     for cmd in jobs:
         r = subprocess.run(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        if r.returncode not in (0,):
+        if r.returncode != 0:
             raise SystemExit(f"{' '.join(cmd[2:4])} exited {r.returncode}: {r.stderr.strip()[-500:]}")
     wall = time.perf_counter() - t
     return wall, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
@@ -79,14 +86,12 @@ def main() -> None:
     args = ap.parse_args()
     if not Path(args.server_bin).is_file():
         raise SystemExit(f"no llama-server at {args.server_bin}: run `make runtime` or pass --server-bin")
-    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                if line.startswith("model name")), platform.processor()) if Path("/proc/cpuinfo").exists() else platform.processor()
-    print(f"cpu: {cpu}; {len(os.sched_getaffinity(0))} cores usable; python {platform.python_version()}")
-    walls: dict[str, list[float]] = {"diagnose": [], "by hand": []}
+    print(f"cpu: {cpu_flags()}; {len(os.sched_getaffinity(0))} usable; python {platform.python_version()}")
+    walls: dict[str, list[float]] = {name: [] for name in JOBS}
     peak: dict[str, float] = {}
     with tempfile.TemporaryDirectory(prefix="dflash-bench-diagnose-") as tmp:
         for _ in range(args.repeat):
-            for name, make in (("diagnose", diagnose_jobs), ("by hand", by_hand_jobs)):
+            for name in JOBS:
                 work = Path(tmp) / name.replace(" ", "-")
                 work.mkdir(exist_ok=True)
                 # peak RSS per side: each side runs in its own child so RUSAGE_CHILDREN is its own
@@ -112,7 +117,6 @@ if __name__ == "__main__":
         p.add_argument("--_work")
         p.add_argument("--server-bin")
         a = p.parse_args()
-        jobs = (diagnose_jobs if a._side == "diagnose" else by_hand_jobs)(a.server_bin, Path(a._work))
-        print(*run_all(jobs))
+        print(*run_all(JOBS[a._side](a.server_bin, Path(a._work))))
     else:
         main()
