@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
@@ -22,11 +23,14 @@ TOKENIZER_FILES = (
     "vocab.json", "merges.txt", "chat_template*", "*.jinja",
 )
 # A drafter checkpoint: weights, the optional mask embedding, the model card, its tokenizer if it ships one.
-DRAFTER_FILES = (*WEIGHTS_FILES, "mask_embedding.pt", "README.md", *TOKENIZER_FILES)
+# generation_config.json: mainline's metadata reads its sampling defaults (general.sampling.*).
+DRAFTER_FILES = (*WEIGHTS_FILES, "mask_embedding.pt", "README.md", "generation_config.json", *TOKENIZER_FILES)
 # A target whose weights run (parity, diagnose --target).
 TARGET_FILES = (*WEIGHTS_FILES, "generation_config.json", "README.md", *TOKENIZER_FILES)
 # A target read for its config and tokenizer only (convert --target-dir): no weights.
 TARGET_CONFIG_FILES = ("config.json", "generation_config.json", *TOKENIZER_FILES)
+# A drafter read for its config only (check --source compares a GGUF with it): no weights.
+DRAFTER_CONFIG_FILES = ("config.json",)
 
 # The Hub's naming rules (huggingface_hub's validate_repo_id): letters, digits, '-', '_', '.', not
 # starting or ending with '-' or '.', at most 96 characters, no '--' or '..'. Exactly one '/': a bare
@@ -51,6 +55,41 @@ def parse_repo_id(arg: str | Path) -> tuple[str, str | None] | None:
         # own "not found" message is the useful one.
         return None
     return repo, m.group("rev")
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """A directory that is huggingface_hub's cached snapshot of a repo at one commit."""
+
+    repo_id: str
+    commit: str
+
+    @property
+    def repo_url(self) -> str:
+        return f"https://huggingface.co/{self.repo_id}"
+
+    @property
+    def url(self) -> str:
+        """The repo's files at exactly this commit."""
+        return f"{self.repo_url}/tree/{self.commit}"
+
+
+_SNAPSHOT_COMMIT = re.compile(r"[0-9a-f]{40}")
+
+
+def snapshot_of(path: str | Path) -> Snapshot | None:
+    """The repo and commit when ``path`` is a snapshot in a Hugging Face cache
+    (``…/models--ORG--NAME/snapshots/<commit>``, what ``resolve_dir`` and ``hf download`` return),
+    else None. Read from the path alone: the cache layout is huggingface_hub's documented one, and
+    nothing needs importing or downloading to know it."""
+    p = Path(path).absolute()
+    if not _SNAPSHOT_COMMIT.fullmatch(p.name) or p.parent.name != "snapshots":
+        return None
+    kind, _, rest = p.parent.parent.name.partition("--")
+    parts = rest.split("--")
+    if kind != "models" or len(parts) != 2 or not all(parts):
+        return None
+    return Snapshot(f"{parts[0]}/{parts[1]}", p.name)
 
 
 def resolve_dir(arg: str | Path, *, flag: str, allow_patterns: Sequence[str], progress: bool = True) -> Path:

@@ -1,8 +1,9 @@
 """`check-instruct` and `check`: CI gates over GGUF metadata, with stable exit codes.
 
 Exit codes (docs/exit-codes.md, "checks"): 0 pass; 10 verdict base; 11 verdict unknown;
-12 integrity / data findings of severity error; 13 pairing mismatch (--target); 6 corrupt or
-truncated GGUF (before any verdict); 5 file not found; 7 target not found. Given several files,
+12 integrity / data / --source findings of severity error; 13 pairing mismatch (--target); 6
+corrupt or truncated GGUF (before any verdict); 5 file not found; 7 target not found; 3 / 5 / 9
+a --source without a drafter config.json / that does not exist / that the Hub cannot resolve. Given several files,
 the command exits with the most serious file's code: a file that cannot be read first, then
 10 / 12, then 11 / 13.
 """
@@ -149,6 +150,10 @@ def check_cmd(
                                                  "also check that the two fit together.")] = None,
     deep: Annotated[bool, typer.Option("--deep", help="Also read all tensor data: NaN/inf, all-zero tensors, "
                                        "quantized blocks with inf/NaN scales.")] = False,
+    source: Annotated[str | None, typer.Option("--source", help="The drafter checkpoint the file was converted "
+                                               "from: a dir or a Hugging Face repo id ORG/NAME[@REVISION] (only its "
+                                               "config.json is fetched). Also check that the file's constants and "
+                                               "tensors still match that config.json.")] = None,
     fmt: VerdictFormatOpt = None,
     json_out: VerdictJsonOpt = False,
     report: ReportOpt = None,
@@ -157,10 +162,12 @@ def check_cmd(
 ) -> None:
     """Integrity of a GGUF: header-only by default (milliseconds, any file size).
 
-    Exit 0 = no errors (warnings allowed); 12 = error findings; 13 = the drafter and
-    --target do not fit; 6 = truncated or corrupt header. Findings: docs/check.md.
+    Exit 0 = no errors (warnings allowed); 12 = error findings (--source: the file no longer
+    matches the checkpoint's config.json); 13 = the drafter and --target do not fit; 6 =
+    truncated or corrupt header. Findings: docs/check.md.
 
     Example: dflash-gguf check drafter.gguf --target Qwen3-8B-Q8_0.gguf --deep
+    Example: dflash-gguf check drafter.gguf --source z-lab/Qwen3-8B-DFlash-b16
     """
     from ..guards.run import run_checks  # here: see cli/__init__ (start-up imports no guards)
     from ..verdict import Envelope, sources
@@ -169,9 +176,21 @@ def check_cmd(
 
     o = Output(fmt, json_out, report, (*paths, target))
     env = Envelope("check", 0, [], tuple(map(str, paths)), payload={"files": []})
+    src = None
+    if source is not None:  # resolved once for every file
+        from ..guards.source import resolve_source
+
+        try:
+            src = resolve_source(source, progress=progress and o.text)
+        except DflashError as exc:
+            env.findings.append(sources.failure("check", source, exc))
+            env.payload["source"] = {"arg": source, "error": {"type": type(exc).__name__, "message": str(exc)}}
+            o.fail(env, exc)
+            raise
+        env.payload["source"] = src.to_json()
     codes, reports = [], []
     for path in paths:
-        env.coverage += (Coverage(str(path), "check", rules_of("check", deep=deep)),)
+        env.coverage += (Coverage(str(path), "check", rules_of("check", deep=deep, source=src is not None)),)
         if target is not None:
             env.coverage += (Coverage(str(path), "pairing", rules_of("pairing")),)
         try:
@@ -180,9 +199,9 @@ def check_cmd(
 
                 total = planned_scan_bytes(path)
                 with byte_progress(total, f"scanning {path.name}", enabled=progress and o.text) as advance:
-                    r = run_checks(path, target=target, deep=True, progress=advance)
+                    r = run_checks(path, target=target, deep=True, progress=advance, source=src)
             else:
-                r = run_checks(path, target=target)
+                r = run_checks(path, target=target, source=src)
         except DflashError as exc:
             codes.append(_unreadable(env, "check", path, exc, o))
             continue
@@ -198,7 +217,7 @@ def check_cmd(
 
 def report_exit_code(r: CheckReport) -> int:
     # A broken file makes pairing moot, so its findings outrank pairing ones.
-    if r.has_errors("integrity", "drafter", "data"):
+    if r.has_errors("integrity", "drafter", "data", "source"):
         return EXIT_FINDINGS
     if r.has_errors("pairing"):
         return EXIT_PAIRING
@@ -216,7 +235,7 @@ def _by_severity(findings: tuple[Finding, ...]) -> list[Finding]:
 def _report_json(r: CheckReport, code: int) -> dict[str, Any]:
     from ..guards.findings import Severity
 
-    return {
+    doc = {
         "file": str(r.path),
         "shards": [str(p) for p in r.shards],
         "target": None if r.target is None else str(r.target),
@@ -229,6 +248,9 @@ def _report_json(r: CheckReport, code: int) -> dict[str, Any]:
                       "message": f.message, "where": f.where, "file": f.file}
                      for f in _by_severity(r.findings)],
     }
+    if r.source is not None:
+        doc["source"] = r.source.to_json()
+    return doc
 
 
 def _render_report(r: CheckReport) -> None:
@@ -241,5 +263,7 @@ def _render_report(r: CheckReport) -> None:
     warn = f", [yellow]{n_warn} warning{'s' * (n_warn != 1)}[/yellow]" if n_warn else ""
     out.print(f"[bold]{esc(r.path)}[/bold]: {status}{warn} ({mode}; {r.n_tensors:,} tensors, "
               f"{r.total_bytes:,} bytes{shards})")
+    if r.source is not None:
+        out.print(f"  source   {r.source.summary}", markup=False)
     for f in _by_severity(r.findings):
         out.print(finding_line(f), markup=False)

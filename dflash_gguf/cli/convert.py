@@ -9,13 +9,21 @@ import typer
 from ..convert.outtypes import OUTTYPES, QUANT_OUTTYPES
 from ._app import app
 from ._common import byte_progress, esc, note_stale, out, print_json, warn
-from ._options import DryRunOpt, ForceOpt, FormatOpt, JsonOpt, OutfileOpt
+from ._options import DryRunOpt, ForceOpt, FormatOpt, JsonOpt
 
 if TYPE_CHECKING:  # the converter (numpy, gguf-py, safetensors) is imported when a command runs
     from ..convert import ConvertResult
     from ..convert.plan import ConversionPlan
 
-
+# mainline's --outfile: a directory or no -o gets its default name, {ftype} is filled in
+OutfileOpt = Annotated[Optional[Path], typer.Option(
+    "-o", "--outfile", help="Output GGUF path; {ftype} becomes the outtype. Default: {Name}-{Size}-{Type}.gguf "
+                            "in the drafter dir (in the given dir when it is a directory; ORG-NAME-{ftype}.gguf "
+                            "here for a repo id), as llama.cpp names it.")]
+MetadataOpt = Annotated[Optional[Path], typer.Option(
+    "--metadata", exists=True, dir_okay=False,
+    help="JSON of general.* keys overriding the model card's (llama.cpp's --metadata).")]
+ModelNameOpt = Annotated[Optional[str], typer.Option("--model-name", help="general.name (llama.cpp's --model-name).")]
 
 @app.command("convert")
 def convert_cmd(
@@ -28,36 +36,41 @@ def convert_cmd(
     dry_run: DryRunOpt = False,
     json_out: JsonOpt = False,
     force: ForceOpt = False,
+    metadata: MetadataOpt = None,
+    model_name: ModelNameOpt = None,
 ) -> None:
     """Convert a DFlash drafter checkpoint (safetensors + config.json) to GGUF.
 
     Example: dflash-gguf convert z-lab/Qwen3-8B-DFlash-b16 --target-gguf Qwen3-8B.gguf -o drafter.gguf
     """
     from ..convert import plan_conversion, write_conversion  # numpy, gguf-py, safetensors: see cli/__init__
+    from ..convert.checkpoint import input_paths
+    from ..convert.metadata import output_path
     from ..fileio.outputs import check_output
-
-    if output is not None and not dry_run:  # refused now, not after reading the target
-        check_output(output, inputs=(drafter_dir, target_gguf, target_dir), force=force)
     # a Hugging Face repo id (ORG/NAME[@REV]) becomes its cached snapshot: the drafter's files, and
     # only the target's config and tokenizer, never its weights (docs/hub.md)
-    from ..hub import DRAFTER_FILES, TARGET_CONFIG_FILES, parse_repo_id, resolve_dir
+    from ..hub import DRAFTER_FILES, TARGET_CONFIG_FILES, resolve_dir
 
-    typed, drafter_dir = drafter_dir, resolve_dir(drafter_dir, flag="convert", allow_patterns=DRAFTER_FILES,
-                                                  progress=not json_out)
-    repo = parse_repo_id(typed) if drafter_dir != typed else None  # named as a clone of it would be
+    # a plain path is refused now, not after downloading or reading the target; a default, directory
+    # or {ftype} name is known only once the plan has the name, size label and file type
+    named_now = output is not None and "{" not in output.name and not output.is_dir()
+    if named_now and not dry_run:
+        check_output(output, inputs=input_paths(drafter_dir, target_gguf, target_dir), force=force)
+    drafter_dir = resolve_dir(drafter_dir, flag="convert", allow_patterns=DRAFTER_FILES, progress=not json_out)
     if target_dir is not None:
         target_dir = resolve_dir(target_dir, flag="--target-dir", allow_patterns=TARGET_CONFIG_FILES,
                                  progress=not json_out)
     conv = plan_conversion(drafter_dir, format=format, outtype=outtype.lower(), target_gguf=target_gguf,
-                           target_dir=target_dir, name=repo[0].split("/")[1] if repo else None)
+                           target_dir=target_dir, metadata=metadata, model_name=model_name)
     if dry_run:
         if json_out:
             print_json({**conv.plan.to_json(), "target_checks": conv.target_checks})
         else:
             render_plan(conv.plan)
         return
-    if output is None:
-        raise typer.BadParameter("missing -o OUT.gguf (or pass --dry-run)", param_hint="-o")
+    if not named_now:
+        output = output_path(output, drafter_dir, conv.plan.kvs)
+        check_output(output, inputs=conv.inputs, force=force)
     if conv.plan.outtype in QUANT_OUTTYPES:  # a float outtype runs no kernel (and imports no numpy)
         from ._kernels import compile_pending
 

@@ -22,6 +22,17 @@ def dspark_line(d: dict) -> str:
     return ", ".join([rank, vocab, conf, anchor] + (["Gemma4 block"] if d["gemma4_layout"] else []))
 
 
+def provenance_line(p: dict) -> str:
+    """Where the file came from and what wrote it, from its own keys."""
+    src = p["source_repo_url"] or p["source_url"]
+    if src is None:
+        where = "source not recorded (converted from a local directory, or by another tool)"
+    else:
+        where = f"source {src}" + (f" at commit {p['commit']}" if p["commit"] else "")
+    who = f"written by dflash-gguf {p['converter']}" if p["converter"] else "not written by dflash-gguf"
+    return f"{where}; {who}"
+
+
 @app.command("inspect")
 def inspect_cmd(
     path: Annotated[Path, typer.Argument(help="A GGUF file.")],
@@ -43,6 +54,8 @@ def inspect_cmd(
         out.print(f"  stored in the file:                   {list(info.taps_stored)}", markup=False)
     if info.dspark is not None:
         out.print(f"  DSpark: {dspark_line(info.dspark)}", markup=False)
+    if info.format is not None:  # a drafter: where it came from (a target's keys are its own business)
+        out.print(f"  {provenance_line(info.provenance)}", markup=False)
     kv = Table(title=f"metadata ({len(info.kvs)})")
     for c in ("key", "type", "value"):
         kv.add_column(c)

@@ -18,6 +18,7 @@ from ..fileio.safetensors import SourceTensor, bf16_bytes_to_f32, iter_raw, read
 from ..formats import get_format
 from ..target.info import check_drafter_fits, load_target
 from ..formats.names import ROPE_FREQS
+from .metadata import MetadataInputs, output_path
 from .plan import MASK_ROW, NEOX_PERMUTE, ConversionPlan, TensorPlan, build_plan, llama3_rope_factors
 
 if TYPE_CHECKING:  # numpy: imported where tensor data is converted, never for a plain copy
@@ -47,7 +48,7 @@ class Conversion:
     plan: ConversionPlan
     target_checks: list[str]
     mask: MaskEmbedding | None = None  # MiMo's replacement row for the embedding table
-    inputs: tuple[Path, ...] = ()  # the drafter dir and the target: an output may not replace them
+    inputs: tuple[Path, ...] = ()  # what it reads (input_paths): an output may not replace them
 
 
 def plan_conversion(
@@ -57,12 +58,12 @@ def plan_conversion(
     outtype: str = "auto",
     target_gguf: str | Path | None = None,
     target_dir: str | Path | None = None,
-    name: str | None = None,
+    metadata: str | Path | None = None,
+    model_name: str | None = None,
 ) -> Conversion:
     """Load and validate the checkpoint, the config and the target; build the plan (no output).
-
-    ``name``: ``general.name``; default the drafter directory's name (a Hub snapshot, whose
-    directory is a commit hash, passes its repo's name)."""
+    ``metadata`` and ``model_name`` are mainline's ``--metadata`` (a JSON file of general.* keys
+    that override the model card's) and ``--model-name``."""
     fmt = get_format(format)
     if target_gguf and target_dir:
         raise UsageError("pass only one of --target-gguf and --target-dir")
@@ -89,12 +90,22 @@ def plan_conversion(
         extra = target_tables(cfg, inventory, target_gguf, target_dir)
         mask = load_mask_embedding(drafter_dir, cfg, extra[EMBED].dtype)
     plan = build_plan(cfg, fmt, inventory, outtype, tokenizer=tokenizer, target_hidden=target_hidden,
-                      target_mrope=mrope, name=name or Path(drafter_dir).resolve().name, extra_sources=extra,
-                      mask_row=mask is not None)
+                      target_mrope=mrope, extra_sources=extra, mask_row=mask is not None,
+                      metadata=MetadataInputs(Path(drafter_dir), None if metadata is None else Path(metadata),
+                                              model_name))
     own = {t.name for t in inventory}
     inventory = [*inventory, *(t for t in extra.values() if t.name not in own)]
-    inputs = tuple(Path(p) for p in (drafter_dir, target_gguf, target_dir) if p)
-    return Conversion(cfg, inventory, plan, notes, mask, inputs)
+    return Conversion(cfg, inventory, plan, notes, mask, input_paths(drafter_dir, target_gguf, target_dir))
+
+
+def input_paths(drafter_dir: str | Path, target_gguf: str | Path | None = None,
+                target_dir: str | Path | None = None) -> tuple[Path, ...]:
+    """What a conversion reads, which its output may not replace: the drafter dir's files except
+    GGUFs (a conversion reads none, and mainline's default output name lands in that dir), and
+    the target."""
+    d = Path(drafter_dir)
+    own = tuple(p for p in d.iterdir() if not p.name.endswith(".gguf")) if d.is_dir() else (d,)
+    return (*own, *(Path(p) for p in (target_gguf, target_dir) if p))
 
 
 def write_conversion(conv: Conversion, out: str | Path, *, force: bool = False,
@@ -118,14 +129,17 @@ def convert(
     force: bool = False,
     dry_run: bool = False,
     progress: Callable[[int], None] | None = None,
+    metadata: str | Path | None = None,
+    model_name: str | None = None,
 ) -> ConvertResult:
-    """Convert a drafter checkpoint to one GGUF: ``plan_conversion`` then ``write_conversion``."""
-    conv = plan_conversion(drafter_dir, format=format, outtype=outtype, target_gguf=target_gguf, target_dir=target_dir)
+    """Convert a drafter checkpoint to one GGUF: ``plan_conversion`` then ``write_conversion``.
+    ``out`` is named as mainline names it (``metadata.output_path``): None or a directory gets
+    ``{Name}-{Size}-{Type}.gguf`` (in the drafter dir when None), ``{ftype}`` is filled in."""
+    conv = plan_conversion(drafter_dir, format=format, outtype=outtype, target_gguf=target_gguf, target_dir=target_dir,
+                           metadata=metadata, model_name=model_name)
     if dry_run:
         return ConvertResult(conv.plan, conv.config, None, conv.target_checks)
-    if out is None:
-        raise UsageError("convert needs -o OUT.gguf (or --dry-run)")
-    return write_conversion(conv, out, force=force, progress=progress)
+    return write_conversion(conv, output_path(out, drafter_dir, conv.plan.kvs), force=force, progress=progress)
 
 
 def _producer(p: TensorPlan, by_name: dict[str, SourceTensor], conv: Conversion) -> Callable[[], object]:

@@ -7,6 +7,7 @@ from typing import Any
 
 from ..errors import GGUFFormatError
 from ..formats import detect_format, file_family, meta_from_gguf
+from ..formats.meta import CONVERTER_KEY
 from ..fileio.gguf_reader import read_gguf
 
 
@@ -21,6 +22,7 @@ class GGUFInfo:
     tensors: list[dict[str, Any]]
     problem: str | None = None  # a drafter (by architecture) whose DFlash keys cannot be read: why
     dspark: dict[str, Any] | None = None  # the family's own parts (FileFamily.summary): DSpark heads and vocabulary
+    provenance: dict[str, Any] | None = None  # provenance(): where the file came from and what wrote it
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -29,8 +31,23 @@ class GGUFInfo:
                 "zlab_output_of_layer": list(self.taps_zlab),
                 "llamacpp_input_of_layer": [i + 1 for i in self.taps_zlab],
                 "stored": list(self.taps_stored)},
-            "drafter_problem": self.problem, "dspark": self.dspark, "kv": self.kvs, "tensors": self.tensors,
+            "drafter_problem": self.problem, "dspark": self.dspark, "provenance": self.provenance, "kv": self.kvs,
+            "tensors": self.tensors,
         }
+
+
+def provenance(kvs: dict[str, Any]) -> dict[str, Any]:
+    """Where a file says it came from: its name, the source repo (``general.source.repo_url``) and
+    the source at one revision (``general.source.url``; a Hugging Face ``…/tree/<commit>`` URL
+    gives the commit), and the dflash-gguf version that wrote it. None where the file has no key."""
+    def text(key: str) -> str | None:
+        kv = kvs.get(key)
+        return kv.value if kv is not None and isinstance(kv.value, str) else None
+
+    url = text("general.source.url")
+    commit = url.rsplit("/tree/", 1)[1] if url and "/tree/" in url else None
+    return {"name": text("general.name"), "source_repo_url": text("general.source.repo_url"), "source_url": url,
+            "commit": commit, "converter": text(CONVERTER_KEY)}
 
 
 def inspect_gguf(path: str | Path) -> GGUFInfo:
@@ -49,7 +66,7 @@ def inspect_gguf(path: str | Path) -> GGUFInfo:
         path=Path(path), arch=f.arch, format=None if fmt is None else fmt.name, problem=problem,
         taps_zlab=None if meta is None else tuple(meta.taps),
         taps_stored=None if meta is None else tuple(fmt.stored_taps(meta)),
-        kvs=[kv.to_json() for kv in f.kvs.values()],
+        kvs=[kv.to_json() for kv in f.kvs.values()], provenance=provenance(f.kvs),
         dspark=None if fmt is None else file_family(f.kvs, list(shapes), f.arch or "").summary(
             f.kvs, shapes, f.arch or ""),
         tensors=[{"name": t.name, "ne": list(reversed(t.shape)), "type": t.ggml_type.name, "nbytes": t.nbytes,

@@ -18,6 +18,7 @@ from ..fileio.gguf_writer import tensor_nbytes
 from ..fileio.types import KV
 from ..fileio.safetensors import FLOAT_DTYPES, SourceTensor
 from .family import PlanExtension
+from .metadata import MetadataInputs, general_kvs
 from .outtypes import OUTTYPES, QUANT_OUTTYPES
 
 if TYPE_CHECKING:
@@ -188,8 +189,11 @@ def build_plan(
     name: str | None = None,
     extra_sources: Mapping[str, SourceTensor] | None = None,
     mask_row: bool = False,
+    metadata: MetadataInputs | None = None,
 ) -> ConversionPlan:
     """Validate the inventory against the config and decide every output tensor and KV.
+    ``metadata``: where the general.* keys come from as mainline reads them (model card,
+    directory name...); without it general.name is ``name``.
 
     Raises:
         WeightsError: missing / unexpected tensors, wrong shapes, non-float dtypes.
@@ -226,8 +230,10 @@ def build_plan(
     if file_type is None:  # auto: the dominant source float type
         big = max((t for t in inventory if t.dtype in FLOAT_DTYPES), key=lambda t: t.nbytes)
         file_type = {"F32": 0, "F16": 1, "BF16": 32}[big.dtype]
+    # mainline sizes the model ("86K", "1.2B") from every tensor it writes, generated ones included
+    general = None if metadata is None else general_kvs(metadata, [(t.dst, t.shape) for t in tensor_plans])
     meta = meta_from_config(cfg, n_target_features=cfg.n_taps * th, tokenizer=tokenizer, file_type=file_type,
-                            name=name, target_mrope=target_mrope)
+                            name=name, target_mrope=target_mrope, general=general)
     routes.family.apply(meta)
     arch, kvs = fmt.kvs(meta)
     if quant:

@@ -13,7 +13,7 @@ from ..fileio.types import KV
 from ..fileio.gguf_header import show
 from ..fileio.gguf_constants import GGUFValueType as T
 from ..fileio.gguf_kv import bad_kv, get_int
-from .meta import MASK_ID, ROPE_SECTIONS, DrafterMeta, Format, without_mask
+from .meta import CONVERTER_KEY, MASK_ID, ROPE_SECTIONS, DrafterMeta, Format, without_mask
 from .dflash_draft import DFLASH_DRAFT
 from .dspark import DSPARK, is_dspark
 from .family import DFLASH, FileFamily
@@ -67,16 +67,22 @@ def meta_from_config(
     name: str | None = None,
     flavor: str | None = None,
     target_mrope: bool = False,
+    general: Sequence[KV] | None = None,
 ) -> DrafterMeta:
     """``target_mrope``: the target ropes with M-RoPE sections (see ``TargetInfo.uses_mrope``).
-    The hyperparameter keys come from the one table in ``formats.hparams``."""
+    The hyperparameter keys come from the one table in ``formats.hparams``. ``general``: the
+    authorship keys (name, size label, model card...) as ``convert.metadata.general_kvs`` builds
+    them, written after general.type where mainline writes them; without it only ``name``."""
     hp = encode_hparams(cfg)
     if target_mrope:  # the drafter ropes on the temporal section only: degenerate sections
         hp.append((ROPE_SECTIONS, [cfg.head_dim // 2, 0, 0, 0], T.ARRAY, T.INT32))
 
-    general = [KV("general.type", "model", T.STRING)]
-    if name:
-        general.append(KV("general.name", name, T.STRING))
+    # mainline: set_type() then Metadata.set_gguf_meta_model(), before any hyperparameter
+    kvs = [KV("general.type", "model", T.STRING)]
+    if general is not None:
+        kvs += general
+    elif name:
+        kvs.append(KV("general.name", name, T.STRING))
     dflash2 = {}
     if cfg.is_dflash2:
         dflash2 = {k: getattr(cfg, k) for k in ("conv_kernel_size", "conv_group_size", "selector_rank", "selector_top_k")}
@@ -89,7 +95,7 @@ def meta_from_config(
         mask_token_id=cfg.mask_token_id,
         n_target_features=n_target_features,
         vocab_size=cfg.vocab_size,
-        general=general,
+        general=kvs,
         hparams=hp,
         dflash2=dflash2,
         tokenizer=tokenizer,
@@ -128,7 +134,7 @@ def meta_from_gguf(
                               f"it must be 2-D [n_taps × target hidden, hidden] (corrupt tensor info; re-convert)")
     meta = DrafterMeta(taps=(), block_size=None, mask_token_id=None, n_target_features=int(fc[-1]),
                        dspark=is_dspark(kvs.keys(), tensors, arch or ""))
-    consumed: set[str] = {"general.architecture"}
+    consumed: set[str] = {"general.architecture", CONVERTER_KEY}  # the writer's own: rewritten, not kept
     fmt.parse_dflash(arch, kvs, meta, consumed, path=where)
     meta.file_type = get_int(kvs, "general.file_type", consumed, required=False, path=where)
     meta.quantization_version = get_int(kvs, "general.quantization_version", consumed, required=False, path=where)

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from .. import __version__
 from ..errors import UsageError
 from ..fileio.gguf_constants import GGUFValueType
 from ..fileio.gguf_kv import I32_MAX, get_int, get_ints
@@ -26,6 +27,10 @@ T = GGUFValueType
 ROPE_SECTIONS = "rope.dimension_sections"
 
 MASK_ID = "tokenizer.ggml.mask_token_id"
+
+# Ours alone, the last key of every file convert and retarget write: the dflash-gguf version that
+# wrote it. Mainline has no key for the converting tool (the source goes in general.source.*).
+CONVERTER_KEY = "dflash_gguf.version"
 
 
 def without_mask(tokenizer: list[KV]) -> tuple[list[KV], int | None]:
@@ -148,7 +153,7 @@ class Format:
         if meta.mask_at is not None:
             tokenizer[meta.mask_at:meta.mask_at] = [kv for kv in tail if kv.key == MASK_ID]
             tail = [kv for kv in tail if kv.key != MASK_ID]
-        return arch, out + tokenizer + tail
+        return arch, [*out, *tokenizer, *tail, KV(CONVERTER_KEY, __version__, T.STRING)]
 
     def dflash_kvs(self, arch: str, meta: DrafterMeta) -> list[KV]:
         return [kv for k in self.dflash_keys if not k.tail for kv in self._write(k, arch, meta)]

@@ -10,8 +10,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..fileio.gguf_header import GGUFHeader
+
+if TYPE_CHECKING:
+    from .source import SourceComparison
 
 
 class Severity(str, Enum):
@@ -27,7 +31,7 @@ class Finding:
     message: str       # one line: what, and how to fix
     where: str = ""    # "tensor blk.0.attn_q.weight", "key general.alignment", "byte 1,234"
     file: str = ""
-    category: str = "integrity"  # integrity | drafter | pairing | data
+    category: str = "integrity"  # integrity | drafter | source | pairing | data
 
 
 @dataclass(frozen=True)
@@ -40,6 +44,7 @@ class CheckReport:
     n_tensors: int
     total_bytes: int
     bytes_scanned: int
+    source: SourceComparison | None = None  # with --source: the file against the checkpoint's config.json
 
     def count(self, severity: Severity) -> int:
         return sum(f.severity == severity for f in self.findings)

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class Rule:
     code: str
-    category: str  # integrity | drafter | pairing | data (Finding.category)
+    category: str  # integrity | drafter | source | pairing | data (Finding.category)
     severity: str  # error | warning | info
     summary: str
 
@@ -98,6 +98,22 @@ RULES = (
          'rope_freqs.weight not {key_length / 2}'),
     Rule("drafter-sinks", "drafter", "error",
          "a mainline drafter's blk.N.attn_sinks.weight not {head_count}"),
+    Rule("source-layers", "source", "error",
+         "--source: the file's block count differs from the source config.json's num_hidden_layers"),
+    Rule("source-taps", "source", "error",
+         "--source: the file's target layers (taps) differ from the source config.json's target_layer_ids"),
+    Rule("source-constant", "source", "error",
+         "--source: another key convert derives from the source config.json differs, is missing or is extra"),
+    Rule("source-tensor-missing", "source", "error",
+         "--source: a tensor the source config.json implies is not in the file"),
+    Rule("source-tensor-extra", "source", "error",
+         "--source: a tensor of the file that the source config.json does not imply"),
+    Rule("source-tensor-shape", "source", "error",
+         "--source: a tensor's shape differs from what the source config.json implies"),
+    Rule("source-config", "source", "error",
+         "--source: convert cannot make a file of this format from the source config.json"),
+    Rule("source-not-drafter", "source", "error",
+         "--source: the file is not a DFlash drafter"),
     Rule("pair-not-drafter", "pairing", "warning",
          'the checked file is not a drafter architecture'),
     Rule("pair-target-is-drafter", "pairing", "error",

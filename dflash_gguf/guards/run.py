@@ -1,5 +1,5 @@
 """``run_checks``: every check over a file (all its shards), optionally against a ``--target``,
-optionally with the ``--deep`` data scan.
+optionally with the ``--deep`` data scan, optionally against a ``--source`` checkpoint's config.json.
 
 The checks are plain functions, listed below in the order their findings are reported
 (integrity, then drafter, then DSpark, which refines the drafter findings). A new check is one
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from ..errors import TargetError
 from .drafter_checks import check_drafter, drafter_view
@@ -18,6 +18,9 @@ from .file_checks import check_keys, check_layout, check_names, check_tensors, c
 from .findings import CheckReport
 from .pairing import pair_drafter, pair_roles, pair_vocab
 from .shards import check_shards
+
+if TYPE_CHECKING:
+    from .source import Source
 
 #: (header) -> findings, on each physical file (offsets and layout are per shard).
 FILE_CHECKS = (check_layout, check_trailing, check_names)
@@ -31,8 +34,10 @@ _READ_VIEW = (check_drafter, check_dspark, pair_drafter)
 
 
 def run_checks(path: str | Path, *, target: str | Path | None = None, deep: bool = False,
-               progress: Callable[[int], None] | None = None) -> CheckReport:
-    """All checks on ``path`` (and its shards); pairing checks against ``target`` if given.
+               progress: Callable[[int], None] | None = None, source: Source | None = None) -> CheckReport:
+    """All checks on ``path`` (and its shards); pairing checks against ``target`` if given; with
+    ``source`` (``guards.source.resolve_source``, resolved once for any number of files), the
+    file against that checkpoint's config.json (``CheckReport.source``).
 
     Raises:
         InputError: ``path`` does not exist.  TargetError: ``target`` does not exist.
@@ -47,6 +52,12 @@ def run_checks(path: str | Path, *, target: str | Path | None = None, deep: bool
     view = drafter_view(model)
     for chk in MODEL_CHECKS:
         findings += chk(model, view=view) if chk in _READ_VIEW else chk(model)
+    compared = None
+    if source is not None:
+        from .source import compare_source  # here: it imports the converter, which plain checks do not need
+
+        compared, found = compare_source(model, view, source)
+        findings += found
     tpath = None
     if target is not None:
         tpath = Path(target)
@@ -65,4 +76,4 @@ def run_checks(path: str | Path, *, target: str | Path | None = None, deep: bool
             findings += f2
             scanned += n
     return CheckReport(Path(path), tuple(findings), tuple(shards.paths), tpath, deep,
-                       len(model.tensors), sum(h.file_size for h in shards.headers), scanned)
+                       len(model.tensors), sum(h.file_size for h in shards.headers), scanned, compared)

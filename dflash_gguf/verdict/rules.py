@@ -84,14 +84,18 @@ def _subclasses(cls: type) -> list[type]:
     return out
 
 
-def rules_of(stage: str, *, deep: bool = False, gates: Iterable[str] = (), constants: bool = True) -> tuple[str, ...]:
+def rules_of(stage: str, *, deep: bool = False, gates: Iterable[str] = (), constants: bool = True,
+             source: bool = False) -> tuple[str, ...]:
     """The rules a stage judges every file by (JUnit's passing test cases): check's header rules,
-    its data rules with ``deep``; compare-weights' tensor rules and, with ``constants``, its
-    constant rules; parity's lossless rule and the ``gates`` it was given."""
+    its data rules with ``deep``, its source rules with ``source`` (``check --source``);
+    compare-weights' tensor rules and, with ``constants``, its constant rules; parity's lossless
+    rule and the ``gates`` it was given."""
     if stage in ("check", "pairing"):
         from ..guards.rules import codes
 
-        return codes("pairing") if stage == "pairing" else codes("integrity", "drafter", *(("data",) if deep else ()))
+        if stage == "pairing":
+            return codes("pairing")
+        return codes("integrity", "drafter", *(("data",) if deep else ()), *(("source",) if source else ()))
     if stage == "check-instruct":
         return ("instruct-verdict-base", "instruct-verdict-unknown")
     if stage == "compare-weights":

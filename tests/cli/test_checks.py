@@ -130,3 +130,81 @@ def test_a_failure_is_still_one_json_document(cli, tmp_path, command):
     assert code == 5 and verdict.startswith(
         f"{command}: ERROR (exit 5): 1 file, 1 error, 0 warnings; first: {command}-InputError in nope.gguf: {missing}")
     assert se.startswith("error: ") and len(se.strip().splitlines()) == 1
+
+
+RUNTIME_GGUF = FIXTURES / "runtime" / "drafter.gguf"  # converted by our convert from runtime/drafter
+RUNTIME_DIR = FIXTURES / "runtime" / "drafter"
+
+
+def _retrained(tmp_path: Path) -> Path:
+    """runtime/drafter with two layers and two target layers more: config.json alone."""
+    from tests.guards.test_source import republished
+
+    cfg = json.loads((RUNTIME_DIR / "config.json").read_text())
+    republished(cfg)
+    d = tmp_path / "retrained"
+    d.mkdir()
+    (d / "config.json").write_text(json.dumps(cfg))
+    return d
+
+
+def test_check_source_that_matches_is_one_more_line(cli):
+    code, text, err = cli("check", RUNTIME_GGUF, "--source", RUNTIME_DIR)
+    assert code == 0, err
+    n_tensors = len(GGUFReader(RUNTIME_GGUF).tensors)
+    header, source, verdict = text.splitlines()
+    assert header == f"{RUNTIME_GGUF}: OK (header only; {n_tensors:,} tensors, {RUNTIME_GGUF.stat().st_size:,} bytes)"
+    assert source.startswith(f"  source   matches {RUNTIME_DIR}'s config.json (") and source.endswith(
+        f" constants, {n_tensors} tensors)")
+    assert verdict == "check: PASS: 1 file, 0 errors, 0 warnings"
+    _, js, _ = cli("check", RUNTIME_GGUF, "--source", RUNTIME_DIR, "--json")
+    env = json.loads(js)
+    (doc,) = env["payload"]["files"]
+    assert env["payload"]["source"] == doc["source"]["source"] and env["payload"]["source"]["path"] == str(RUNTIME_DIR)
+    assert doc["source"]["matches"] is True and source == f"  source   {doc['source']['summary']}"
+    assert len(doc["source"]["tensors"]) == n_tensors and env["findings"] == []
+
+
+def test_check_source_text_is_the_json_report(cli, tmp_path):
+    src = _retrained(tmp_path)
+    code, text, _ = cli("check", RUNTIME_GGUF, "--source", src)
+    jcode, js, _ = cli("check", RUNTIME_GGUF, "--source", src, "--json")
+    env = json.loads(js)
+    (doc,) = env["payload"]["files"]
+    assert code == jcode == env["exit_code"] == doc["exit_code"] == 12
+    lines = text.splitlines()
+    assert lines[1] == f"  source   {doc['source']['summary']}" and doc["source"]["matches"] is False
+    assert lines[2:-1] == [f"  {f['severity']:<7}  {f['code']}: {f['message']}" + (f"  [{f['where']}]" if f["where"] else "")
+                           for f in doc["findings"]]
+    assert {f["category"] for f in doc["findings"]} == {"source"}
+    assert {f["code"] for f in doc["findings"]} == {"source-layers", "source-taps", "source-tensor-missing",
+                                                    "source-tensor-shape"}
+    assert [(f["rule_id"], f["stage"]) for f in env["findings"]] == [(f["code"], "check") for f in doc["findings"]]
+    assert lines[-1] == env["summary"] and lines[-1].startswith("check: FAIL (exit 12): 1 file, 5 errors")
+
+
+def test_check_source_several_files_take_the_worst_code(cli, tmp_path):
+    src = _retrained(tmp_path)
+    other = FIXTURES / "guards" / "qwen3-8b.gguf"  # not a drafter: one source-not-drafter finding
+    code, js, _ = cli("check", RUNTIME_GGUF, other, "--source", src, "--target", BASE_TARGET, "--json")
+    env = json.loads(js)
+    assert code == env["exit_code"] == 12
+    assert [d["source"]["matches"] for d in env["payload"]["files"]] == [False, False]
+    assert env["payload"]["files"][1]["source"]["problem"] == "architecture 'qwen3' is not a DFlash drafter"
+    # JUnit lists the source rules as passing test cases only when --source is given
+    from dflash_gguf.guards.rules import codes
+
+    case = '<testcase classname="check.drafter.gguf" name="{}" '
+    _, xml, _ = cli("check", RUNTIME_GGUF, "--source", RUNTIME_DIR, "--format", "junit")
+    _, plain, _ = cli("check", RUNTIME_GGUF, "--format", "junit")
+    assert codes("source") and all(case.format(c) in xml and c not in plain for c in codes("source"))
+
+
+def test_check_source_failure_is_one_json_document(cli, tmp_path):
+    code, so, se = cli("check", RUNTIME_GGUF, "--source", tmp_path, "--json")
+    env = json.loads(so)
+    assert code == env["exit_code"] == 3 and env["verdict"] == "error"
+    assert env["payload"] == {"files": [], "source": {"arg": str(tmp_path), "error": env["error"]}}
+    assert env["error"]["type"] == "ConfigError" and env["error"]["message"].startswith(f"--source {tmp_path}: ")
+    assert [f["rule_id"] for f in env["findings"]] == ["check-ConfigError"]
+    assert se.startswith("error: --source ") and len(se.strip().splitlines()) == 1

@@ -4,6 +4,7 @@ written file as gguf-py's GGUFReader reads it and the drafter's own config.json.
 from __future__ import annotations
 
 import json
+import shutil
 from collections import Counter
 
 from gguf import GGUFReader
@@ -79,8 +80,10 @@ def test_dry_run_plans_without_writing(cli, tmp_path):
 
 
 def test_refusals(cli, tmp_path):
-    code, so, se = _convert(cli)  # neither -o nor --dry-run
-    assert code == 2 and "missing -o OUT.gguf (or pass --dry-run)" in se
+    d = tmp_path / "gemma-style"
+    shutil.copytree(DRAFTER, d)
+    code, so, se = cli("convert", d, "--target-gguf", TARGET)  # no -o: mainline's default name, beside the weights
+    assert code == 0 and [p.name for p in d.glob("*.gguf")] == ["Gemma-Style-82K-BF16.gguf"], se
     out = tmp_path / "d.gguf"
     out.write_bytes(b"keep me")
     code, _, se = cli("convert", DRAFTER, "--target-gguf", tmp_path / "no-such-target.gguf", "-o", out)

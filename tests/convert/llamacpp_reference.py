@@ -18,7 +18,7 @@ converter reads (see ``cache_key``), so a second run costs nothing.
 faults in every page of a multi-GB file, holes included). For a corpus of drafters:
 
     refs = reference_headers([Job(drafter, target), ...], src=llama_src())
-    assert_same_summary(gguf_summary(ours), refs[i], ignore=IGNORED | model_card_keys(refs[i]))
+    assert_same_summary(gguf_summary(ours), refs[i]) and not general_diff(gguf_summary(ours), refs[i])
     assert llama_load(ours) == "LOADED"
 """
 from __future__ import annotations
@@ -40,6 +40,7 @@ from typing import Any, Iterable, Sequence
 from dflash_gguf.fileio.gguf_header import raw_string, read_header
 from dflash_gguf.fileio.string_array import StringArray
 from dflash_gguf.fileio.types import type_name
+from dflash_gguf.formats.meta import CONVERTER_KEY
 
 from tests.conftest import ROOT, llama_cpp_src
 from tests.llamacpp_converter import RUNNER, ConverterRun, log_tail, run_jobs
@@ -47,22 +48,15 @@ from tests.llamacpp_converter import RUNNER, ConverterRun, log_tail, run_jobs
 log = logging.getLogger(__name__)
 CACHE_DIR = ROOT / ".cache" / "reference-conversions"
 SUMMARY_FORMAT = 1  # bump when Summary's JSON or its meaning changes: old cache entries then miss
-# Keys that legitimately differ between our output and the reference (descriptive, not model
-# parameters):
-#   general.name        the reference derives it from the model card or prettifies the directory
-#                       name ("qwen3-flat" -> "Qwen3 Flat"); we write the directory name as is.
-#                       llama.cpp prints it, and its vocab loader reads it only to adjust token
-#                       attributes for names containing "phi-3"/"phi3"/"modern-bert" (no DFlash
-#                       target is one of those).
-#   general.size_label  the reference computes a label from its parameter count ("140K"); we
-#                       write none. No llama.cpp source reads it (a file-naming hint).
-# general.type is NOT ignored: both sides write "model", and it tells a model from an adapter.
-IGNORED = frozenset({"general.name", "general.size_label"})
+# Keys that may differ between our output and the reference: only ours alone, the dflash-gguf
+# version that wrote the file (mainline has no such key). The general.* keys (name, size label,
+# model card: license, tags, base models...) are gguf-py's ``Metadata`` on the same inputs
+# (``dflash_gguf.convert.metadata``), so they are compared like every other key, and in order
+# (``general_diff``). general.type tells a model from an adapter.
+IGNORED: frozenset[str] = frozenset({CONVERTER_KEY})
 # Authorship metadata that gguf-py's ``Metadata`` adds from a model card (README.md front matter)
 # and from a descriptive directory name ("Qwen3-8B-DFlash-b16" -> basename "Qwen3", finetune
-# "DFlash"); we write none of it. No llama.cpp source reads these keys, so a comparison of a
-# published drafter may ignore them with ``IGNORED | model_card_keys(ref)``. (general.sampling.*,
-# which the same code writes from generation_config.json, is read by llama.cpp: not in here.)
+# "DFlash"). No llama.cpp source reads these keys; ``model_card_keys`` names them in a summary.
 MODEL_CARD = ("general.author", "general.version", "general.organization", "general.finetune", "general.basename",
               "general.description", "general.quantized_by", "general.license", "general.license.name",
               "general.license.link", "general.url", "general.doi", "general.uuid", "general.repo_url",
@@ -73,6 +67,19 @@ MODEL_CARD_PREFIXES = ("general.source.", "general.base_model.", "general.datase
 def model_card_keys(summary: "Summary") -> frozenset[str]:
     """The model-card keys (``MODEL_CARD``) present in ``summary``."""
     return frozenset(k for k, _, _ in summary.kvs if k in MODEL_CARD or k.startswith(MODEL_CARD_PREFIXES))
+
+
+def general_diff(ours: "Summary", ref: "Summary") -> list[str]:
+    """Where the ``general.*`` keys differ, order included (our writer writes them in the order the
+    plan lists them; mainline's gguf-py writer in the order it added them): empty when equal."""
+    a = [kv for kv in ours.kvs if kv[0].startswith("general.")]
+    b = [kv for kv in ref.kvs if kv[0].startswith("general.")]
+    if a == b:
+        return []
+    out = [f"{x!r} vs {y!r}" for x, y in zip(a, b) if x != y][:5]
+    if len(a) != len(b) or not out:
+        out.append(f"keys {[k for k, _, _ in a]} vs {[k for k, _, _ in b]}")
+    return out
 
 
 @dataclass(frozen=True)
@@ -317,13 +324,14 @@ def converter_digest(src: Path, versions: bool = True) -> str:
 
 
 def cache_key(job: Job, src: Path, *, versions: bool = True) -> str:
-    """Hash of: the drafter dir (config.json, side files such as mask_embedding.pt, safetensors
-    headers), the target dir's files, the outtype, the converter's code and this runner (and,
+    """Hash of: the drafter dir (its name, config.json, README.md, side files such as mask_embedding.pt,
+    safetensors headers), the target dir's files, the outtype, the converter's code and this runner (and,
     with ``versions``, the library versions)."""
     h = hashlib.sha256(f"format {SUMMARY_FORMAT}\0outtype {job.outtype}\0".encode())
     h.update(hashlib.sha256(RUNNER.encode()).digest())
     h.update(converter_digest(src, versions).encode())
     h.update(b"\0drafter\0")
+    h.update(Path(job.drafter).name.encode())  # general.name etc. come from the directory's name too
     _digest_dir(h, Path(job.drafter))
     h.update(b"\0target\0")
     _digest_dir(h, Path(job.target))

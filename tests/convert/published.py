@@ -4,7 +4,8 @@
 ``sparse_checkpoint(slug, dest)`` lays the drafter out in ``dest`` the way its publisher does:
 its config.json, a safetensors file whose header lists every tensor at its real dtype and shape
 and whose data region is a hole (the file is extended with truncate(), nothing is written, so a
-5 GB checkpoint costs a few kB of disk and milliseconds), and the side files the publisher ships.
+5 GB checkpoint costs a few kB of disk and milliseconds), the side files the publisher ships and its
+model card (README.md).
 
 Run ``python -m tests.convert.published --write-tables`` to refresh every entry's tensors.json from
 its derivation (published_tables.py); it needs torch, transformers and z-lab's ``dflash``.
@@ -26,6 +27,7 @@ DTYPE_BYTES = {"BF16": 2, "F16": 2, "F32": 4, "F64": 8, "I64": 8, "I32": 4, "I16
                "BOOL": 1}
 FAMILIES = ("dflash1", "dflash2", "muse-assistant", "mimo", "dspark", "dspark-eagle3", "gemma4-dspark")
 SIDE_FILES = ("mask_embedding.pt", "model.safetensors.index.json")
+CARD = "README.md"  # the publisher's model card: its front matter becomes general.* keys
 
 
 def load_index() -> list[dict]:
@@ -146,6 +148,8 @@ def sparse_checkpoint(slug: str, dest: Path, *, side_files: bool = True) -> Path
     dest = Path(dest)
     dest.mkdir(parents=True, exist_ok=True)
     (dest / "config.json").write_bytes((slug_dir(slug) / "config.json").read_bytes())
+    if (slug_dir(slug) / CARD).is_file():
+        (dest / CARD).write_bytes((slug_dir(slug) / CARD).read_bytes())
     weights = dest / e["weights_file"]
     raw, size = _header_bytes(slug)
     write_sparse_safetensors(weights, raw, size)

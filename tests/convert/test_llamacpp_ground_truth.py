@@ -14,7 +14,7 @@ from tests.conftest import DRAFTERS, TARGETS, llama_cpp_src, rewrite_gguf
 from tests.convert.llamacpp_reference import llama_load
 
 pytestmark = pytest.mark.slow
-IGNORED = {"general.name", "general.size_label", "general.type"}
+IGNORED: set[str] = set()  # general.* too: name, size label and type are mainline's (convert.metadata)
 
 
 def llama_src() -> Path:

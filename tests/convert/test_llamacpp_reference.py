@@ -15,8 +15,8 @@ from gguf import GGUFValueType
 from dflash_gguf.fileio.gguf_header import read_header
 from tests.conftest import DRAFTERS, TARGETS, rewrite_gguf
 from tests.convert import llamacpp_reference as ref
-from tests.convert.llamacpp_reference import (IGNORED, Job, assert_same_summary, cache_key, gguf_summary,
-                                              llama_load, model_card_keys, reference_header, reference_headers,
+from tests.convert.llamacpp_reference import (Job, assert_same_summary, cache_key, general_diff, gguf_summary, llama_load,
+                                              model_card_keys, reference_header, reference_headers,
                                               run_converter, summary_diff)
 
 FIXTURE_DRAFTERS = ["qwen3-flat", "qwen3-nested", "gemma-style", "qwen3-dflash2"]
@@ -96,17 +96,16 @@ def test_header_only_run_writes_the_full_runs_header(runs, i):
 
 
 @pytest.mark.slow
-def test_model_card_keys_are_all_that_a_published_name_adds(runs, cli, tmp_path):
+def test_a_published_name_and_card_give_mainlines_general_keys(runs, cli, tmp_path):
+    """A Hub-style directory name and model card: every key, general.* in mainline's order."""
     job, ref_path = runs["jobs"][-1], runs["header_only"][-1]
     ours = tmp_path / "ours.gguf"
     assert cli("convert", job.drafter, "--target-dir", job.target, "-o", ours)[0] == 0
     ref_summary = gguf_summary(ref_path)
-    card = model_card_keys(ref_summary)
     assert {"general.basename", "general.finetune", "general.license", "general.tags", "general.base_model.count",
-            "general.base_model.0.name"} <= card
-    with pytest.raises(AssertionError, match="KVs missing from ours: general.finetune"):
-        assert_same_summary(gguf_summary(ours), ref_summary)
-    assert_same_summary(gguf_summary(ours), ref_summary, ignore=IGNORED | card)
+            "general.base_model.0.name"} <= model_card_keys(ref_summary)
+    assert_same_summary(gguf_summary(ours), ref_summary)
+    assert general_diff(gguf_summary(ours), ref_summary) == []
 
 
 def fake_src(tmp_path: Path) -> Path:
@@ -164,6 +163,7 @@ def test_cache_key_follows_what_the_converter_reads(tmp_path):
         "drafter config": lambda: (drafter / "config.json").write_text(
             (drafter / "config.json").read_text().replace('"block_size": 16', '"block_size": 8')),
         "side file": lambda: (drafter / "mask_embedding.pt").write_bytes(b"x"),
+        "model card": lambda: (drafter / "README.md").write_text(README),
         "target file": lambda: (job.target / "tokenizer_config.json").write_text("{}"),
     }
     for what, edit in edits.items():
@@ -174,6 +174,9 @@ def test_cache_key_follows_what_the_converter_reads(tmp_path):
     (drafter / ".cache").mkdir()
     (drafter / ".cache" / "x").write_text("y")
     assert cache_key(job, src) == keys["target file"]
+    # The directory's name is read (mainline names the model after it): a new key.
+    moved = drafter.rename(tmp_path / "Qwen3-8B-DFlash-b16")
+    assert cache_key(Job(moved, job.target), src) != keys["target file"]
 
 
 # --- comparing: each kind of difference is caught and named --------------------------
@@ -225,10 +228,11 @@ def test_catches_a_changed_shape(ours, tmp_path):
     assert "tensor blk.0.attn_q.weight: shape [64, 32] vs [64, 64]" in msg
 
 
-def test_ignores_only_display_keys(ours, tmp_path):
+def test_ignores_only_what_it_is_told(ours, tmp_path):
     renamed = gguf_summary(rewrite_gguf(ours, tmp_path / "n.gguf", values={"general.name": "other"}))
-    assert_same_summary(renamed, gguf_summary(ours))
-    assert summary_diff(renamed, gguf_summary(ours), ignore=()) == ["general.name: 'other' vs 'qwen3-flat'"]
+    assert summary_diff(renamed, gguf_summary(ours)) == ["general.name: 'other' vs 'Qwen3 Flat'"]
+    assert general_diff(renamed, gguf_summary(ours))
+    assert_same_summary(renamed, gguf_summary(ours), ignore={"general.name"})
 
 
 # --- loading with real llama.cpp, cheaply -------------------------------------------------

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.convert.llamacpp_reference import (IGNORED, Job, assert_same_summary, gguf_summary, llama_load, llama_src,
-                                              model_card_keys, reference_headers, summary_gguf)
+from tests.convert.llamacpp_reference import (Job, assert_same_summary, general_diff, gguf_summary, llama_load, llama_src,
+                                              reference_headers, summary_gguf)
 from tests.convert.reference_golden import GOLDEN_NAME, digested, golden_headers
 from tests.convert.published import load_index, sparse_checkpoint, sparse_float_target_gguf, sparse_target_weights
 
@@ -51,7 +51,10 @@ def corpus(tmp_path_factory):
             skipped[e["slug"]] = f"no real {e['target_vocab']} vocabulary ships in a registry package"
             continue
         d = root / e["slug"]
-        sparse_checkpoint(e["slug"], d / "drafter")
+        # named as a Hub download is (huggingface-cli download REPO --local-dir NAME): mainline
+        # reads the name for general.name, basename, finetune and size label
+        drafter = d / e["drafter"].split("/")[-1]
+        sparse_checkpoint(e["slug"], drafter)
         tcfg = json.loads((FIXTURES / e["slug"] / "target_config.json").read_text())
         try:
             target = rv.real_target_dir(e["target_vocab"], tcfg, d / "target")
@@ -59,7 +62,7 @@ def corpus(tmp_path_factory):
             skipped[e["slug"]] = str(exc)
             continue
         sparse_target_weights(e["slug"], target)
-        built[e["slug"]] = (d / "drafter", target)
+        built[e["slug"]] = (drafter, target)
     jobs = [Job(dr, t) for dr, t in built.values()]
     refs = golden_headers(jobs, [FIXTURES / slug / GOLDEN_NAME for slug in built], src=src)
     ggufs = {}
@@ -94,11 +97,18 @@ def test_published_drafter_converts_like_llama_cpp(cli, tmp_path, corpus, slug, 
         assert llama_load(summary_gguf(full, tmp_path / "mainline.gguf")) == "FAILED"
         return
     assert code == 0, err
-    # model-card keys (basename, finetune, tags, ...) the reference derives from the directory name:
-    # authorship metadata that no llama.cpp loader reads (see llamacpp_reference.model_card_keys)
-    assert_same_summary(digested(gguf_summary(out)), ref, ignore=IGNORED | model_card_keys(ref))
+    # every key, the model card's general.* ones (README.md) too, and those in mainline's order
+    assert_same_summary(digested(gguf_summary(out)), ref)
+    assert general_diff(digested(gguf_summary(out)), ref) == []
     if path == "target-dir":
         assert llama_load(out) == "LOADED"
+
+
+def test_every_entry_has_a_model_card():
+    """Each entry ships its publisher's README.md front matter, copied into the sparse checkpoint."""
+    for e in ENTRIES:
+        card = (FIXTURES / e["slug"] / "README.md").read_text(encoding="utf-8")
+        assert card.startswith("---\n") and "\nbase_model:\n" in card and "\nlicense: " in card, e["slug"]
 
 
 def test_corpus_covers_the_families():

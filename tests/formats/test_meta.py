@@ -11,7 +11,7 @@ from gguf import GGUFValueType as V
 from dflash_gguf.errors import GGUFFormatError
 from dflash_gguf.fileio.types import KV
 from dflash_gguf.formats import DFLASH_DRAFT, LUCEBOX, MAINLINE, meta_from_gguf
-from dflash_gguf.formats.meta import without_mask
+from dflash_gguf.formats.meta import CONVERTER_KEY, without_mask
 
 SHAPES = {"fc.weight": (64, 256), "enc.output_norm.weight": (64,), "blk.0.attn_norm.weight": (64,)}
 
@@ -127,7 +127,20 @@ def test_fork_formats_type_check_their_keys(fmt, arch, prefix):
 
 
 def _keys(fmt, meta) -> list[str]:
-    return [kv.key for kv in fmt.kvs(meta)[1]]
+    keys = [kv.key for kv in fmt.kvs(meta)[1]]
+    assert keys[-1] == CONVERTER_KEY  # every format's last key: the writer's version
+    return keys[:-1]
+
+
+def test_the_writers_version_is_rewritten_not_kept():
+    from dflash_gguf import __version__
+
+    kvs = mainline()
+    kvs[CONVERTER_KEY] = KV(CONVERTER_KEY, "0.0.1", V.STRING)
+    fmt, meta = meta_from_gguf(kvs, SHAPES, "d.gguf")
+    assert CONVERTER_KEY not in [kv.key for kv in meta.general]
+    out = LUCEBOX.kvs(meta)[1]  # a format that needs no vocabulary
+    assert [kv for kv in out if kv.key == CONVERTER_KEY] == [KV(CONVERTER_KEY, __version__, V.STRING)]
 
 
 def test_mask_id_keeps_its_place_among_the_tokenizer_keys():

@@ -11,7 +11,9 @@ import sys
 
 import pytest
 
+from dflash_gguf import __version__
 from dflash_gguf.errors import HubError
+from tests.convert.llamacpp_reference import gguf_summary
 from tests.conftest import ROOT, RUNTIME
 from tests.hub._cache import (
     DRAFTER, DRAFTER_GGUF, DRAFTER_SWA, REPO, TARGET, add_snapshot, offline_env,
@@ -134,19 +136,60 @@ def test_a_gguf_target_stays_a_path(cli, hf_cache):
 
 def test_convert_from_repo_ids_writes_what_the_local_dirs_give(cli, hf_cache, tmp_path):
     """`convert ORG/NAME --target-dir ORG/TARGET`: the drafter's snapshot, and of the target only
-    its config and tokenizer (no weights are fetched), give the same file as the local dirs."""
-    add_snapshot(hf_cache, REPO, DRAFTER)
+    its config and tokenizer (no weights are fetched), give the local dirs' file, named as
+    mainline's --remote names it (the repo id) and recording the repo and commit it came from."""
+    commit = add_snapshot(hf_cache, REPO, DRAFTER)
     add_snapshot(hf_cache, "dflash-test/tiny-target", TARGET)
     local, hub = tmp_path / "local.gguf", tmp_path / "hub.gguf"
-    shutil.copytree(DRAFTER, tmp_path / "tiny-drafter")  # a clone of the repo is named after it
+    shutil.copytree(DRAFTER, tmp_path / "tiny-drafter")
     code, _, err = cli("convert", tmp_path / "tiny-drafter", "--target-dir", TARGET, "-o", local)
     assert code == 0, err
     code, _, err = cli("convert", REPO, "--target-dir", "dflash-test/tiny-target", "-o", hub)
     assert code == 0, err
-    assert hub.read_bytes() == local.read_bytes()
+    ours, theirs = gguf_summary(hub), gguf_summary(local)
+    assert ours.tensors == theirs.tensors
+    assert [kv for kv in ours.kvs if not kv[0].startswith("general.")] == \
+           [kv for kv in theirs.kvs if not kv[0].startswith("general.")]
+    general = {k: v for k, _, v in ours.kvs if k.startswith("general.")}
+    assert general["general.name"] == REPO  # mainline's --remote, over the directory name "Tiny Drafter"
+    assert general["general.source.repo_url"] == f"https://huggingface.co/{REPO}"
+    assert general["general.source.url"] == f"https://huggingface.co/{REPO}/tree/{commit}"
+    assert {k for k in general} - {k for k, _, _ in theirs.kvs} == {"general.source.repo_url", "general.source.url"}
     code, _, err = cli("convert", "dflash-test/nope@v2", "-o", tmp_path / "x.gguf")
     assert code == 9 and len(err.strip().splitlines()) == 1 and "dflash-test/nope" in err
     assert not (tmp_path / "x.gguf").exists()
+
+
+def test_a_converted_snapshot_names_its_source(cli, hf_cache, tmp_path, monkeypatch):
+    """Two revisions of one repo: each file records its own commit, `inspect` shows it, and without
+    -o the file is ORG-NAME-{ftype}.gguf in the working directory (mainline's --remote), never in the cache."""
+    main = add_snapshot(hf_cache, REPO, DRAFTER_SWA)
+    v1 = add_snapshot(hf_cache, REPO, DRAFTER, refs=("v1",))
+    monkeypatch.chdir(tmp_path)
+    for rev, commit in (("", main), ("@v1", v1)):
+        out = tmp_path / f"{rev or 'main'}.gguf"
+        code, _, err = cli("convert", f"{REPO}{rev}", "--target-gguf", RUNTIME / "target.gguf", "-o", out)
+        assert code == 0, err
+        code, text, _ = cli("inspect", out)
+        assert code == 0 and (f"source https://huggingface.co/{REPO} at commit {commit}; written by dflash-gguf "
+                              f"{__version__}") in text
+        code, js, _ = cli("inspect", out, "--json")
+        assert json.loads(js)["provenance"] == {
+            "name": REPO, "source_repo_url": f"https://huggingface.co/{REPO}",
+            "source_url": f"https://huggingface.co/{REPO}/tree/{commit}", "commit": commit, "converter": __version__}
+    code, _, err = cli("convert", f"{REPO}@v1", "--target-gguf", RUNTIME / "target.gguf", "-t", "q8_0")
+    assert code == 0, err
+    assert (tmp_path / "dflash-test-tiny-drafter-q8_0.gguf").is_file()
+    assert not list(hf_cache.rglob("*.gguf"))
+    # --metadata states the source itself: it wins over the snapshot's
+    meta = tmp_path / "meta.json"
+    meta.write_text(json.dumps({"general.source.url": "https://example.org/paper"}))
+    code, _, err = cli("convert", REPO, "--target-gguf", RUNTIME / "target.gguf", "-o", tmp_path / "m.gguf",
+                       "--metadata", meta)
+    assert code == 0, err
+    general = {k: v for k, _, v in gguf_summary(tmp_path / "m.gguf").kvs}
+    assert general["general.source.url"] == "https://example.org/paper"
+    assert general["general.source.repo_url"] == f"https://huggingface.co/{REPO}"
 
 
 def test_the_target_dir_fetches_no_weights():

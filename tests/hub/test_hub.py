@@ -177,3 +177,17 @@ def _without(package: str, refuse_all: bool = False):
         return real(name, *args, **kwargs)
 
     return imp
+
+
+def test_snapshot_of_reads_the_cache_layout(hf_cache, tmp_path):
+    commit = add_snapshot(hf_cache, REPO, DRAFTER)
+    snap = hf_cache / f"models--{REPO.replace('/', '--')}" / "snapshots" / commit
+    assert hub.snapshot_of(snap) == hub.Snapshot(REPO, commit)
+    assert hub.snapshot_of(snap).url == f"https://huggingface.co/{REPO}/tree/{commit}"
+    assert hub.snapshot_of(hub.resolve_dir(REPO, flag="x", allow_patterns=hub.DRAFTER_FILES, progress=False)) \
+        == hub.Snapshot(REPO, commit)
+    for not_one in (DRAFTER, snap.parent, tmp_path / "snapshots" / commit,
+                    tmp_path / "datasets--a--b" / "snapshots" / commit,
+                    tmp_path / "models--a--b--c" / "snapshots" / commit,
+                    tmp_path / "models--a--b" / "snapshots" / "main"):
+        assert hub.snapshot_of(not_one) is None, not_one
