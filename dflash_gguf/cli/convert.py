@@ -53,7 +53,7 @@ def convert_cmd(
 
     # a plain path is refused now, not after downloading or reading the target; a default, directory
     # or {ftype} name is known only once the plan has the name, size label and file type
-    named_now = output is not None and "{" not in output.name and not output.is_dir()
+    named_now = output is not None and "{" not in output.name and not _is_dir(output)
     if named_now and not dry_run:
         check_output(output, inputs=input_paths(drafter_dir, target_gguf, target_dir), force=force)
     drafter_dir = resolve_dir(drafter_dir, flag="convert", allow_patterns=DRAFTER_FILES, progress=not json_out)
@@ -83,6 +83,13 @@ def convert_cmd(
         print_json(_result_json(result))
     else:
         render_summary(result)
+
+
+def _is_dir(path: Path) -> bool:
+    try:
+        return path.is_dir()
+    except OSError:  # a name too long to stat: check_output says so in its own words
+        return False
 
 
 def render_plan(plan: ConversionPlan) -> None:

@@ -47,7 +47,11 @@ def inspect_cmd(
         return
     from rich.table import Table  # here: see cli/__init__ (and --json needs no rich at all)
 
-    out.print(f"[bold]{esc(path)}[/bold]: architecture {esc(info.arch)}, format {info.format or 'not a DFlash drafter'}")
+    what = info.format or ("legacy DSpark GGUF (fork format)" if info.legacy_dspark else "not a DFlash drafter")
+    out.print(f"[bold]{esc(path)}[/bold]: architecture {esc(info.arch)}, format {esc(what)}")
+    if info.legacy_dspark:
+        out.print(f"  mainline llama.cpp cannot load it; migrate: {info.legacy_dspark} [--drop-shared-tensors]",
+                  markup=False)
     if info.taps_zlab is not None:
         out.print(f"  taps (z-lab, output of layer L):      {list(info.taps_zlab)}", markup=False)
         out.print(f"  taps (llama.cpp, input of layer L+1): {[i + 1 for i in info.taps_zlab]}", markup=False)

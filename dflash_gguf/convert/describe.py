@@ -7,6 +7,7 @@ from typing import Any
 
 from ..errors import GGUFFormatError
 from ..formats import detect_format, file_family, meta_from_gguf
+from ..formats.legacy_dspark import is_legacy_dspark, legacy_taps, migrate_command
 from ..formats.meta import CONVERTER_KEY
 from ..fileio.gguf_reader import read_gguf
 
@@ -23,6 +24,7 @@ class GGUFInfo:
     problem: str | None = None  # a drafter (by architecture) whose DFlash keys cannot be read: why
     dspark: dict[str, Any] | None = None  # the family's own parts (FileFamily.summary): DSpark heads and vocabulary
     provenance: dict[str, Any] | None = None  # provenance(): where the file came from and what wrote it
+    legacy_dspark: str | None = None  # a legacy DSpark GGUF (fork layout): the command that migrates it
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -31,7 +33,8 @@ class GGUFInfo:
                 "zlab_output_of_layer": list(self.taps_zlab),
                 "llamacpp_input_of_layer": [i + 1 for i in self.taps_zlab],
                 "stored": list(self.taps_stored)},
-            "drafter_problem": self.problem, "dspark": self.dspark, "provenance": self.provenance, "kv": self.kvs,
+            "drafter_problem": self.problem, "legacy_dspark": None if self.legacy_dspark is None else {
+                "migrate": self.legacy_dspark}, "dspark": self.dspark, "provenance": self.provenance, "kv": self.kvs,
             "tensors": self.tensors,
         }
 
@@ -54,6 +57,13 @@ def inspect_gguf(path: str | Path) -> GGUFInfo:
     f = read_gguf(path)
     shapes = f.shapes()
     fmt = meta = problem = None
+    if is_legacy_dspark(f.arch):  # the fork's layout: no mainline format reads it, retarget migrates it
+        taps = legacy_taps(f.kvs)
+        return GGUFInfo(
+            path=Path(path), arch=f.arch, format=None, taps_zlab=taps,
+            taps_stored=taps,  # stored as the z-lab ids
+            kvs=[kv.to_json() for kv in f.kvs.values()], provenance=provenance(f.kvs),
+            legacy_dspark=migrate_command(Path(path).name), tensors=_tensors(f))
     try:
         fmt, meta = meta_from_gguf(f.kvs, shapes, path)
     except GGUFFormatError as exc:
@@ -69,6 +79,10 @@ def inspect_gguf(path: str | Path) -> GGUFInfo:
         kvs=[kv.to_json() for kv in f.kvs.values()], provenance=provenance(f.kvs),
         dspark=None if fmt is None else file_family(f.kvs, list(shapes), f.arch or "").summary(
             f.kvs, shapes, f.arch or ""),
-        tensors=[{"name": t.name, "ne": list(reversed(t.shape)), "type": t.ggml_type.name, "nbytes": t.nbytes,
-                  "offset": t.offset_abs} for t in f.tensors],
+        tensors=_tensors(f),
     )
+
+
+def _tensors(f) -> list[dict[str, Any]]:
+    return [{"name": t.name, "ne": list(reversed(t.shape)), "type": t.ggml_type.name, "nbytes": t.nbytes,
+             "offset": t.offset_abs} for t in f.tensors]

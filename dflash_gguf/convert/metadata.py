@@ -239,7 +239,11 @@ def output_path(requested: str | Path | None, model_dir: str | Path, kvs: Sequen
     if requested is None and snap is not None:
         requested = Path(snap.repo_id.replace("/", "-") + "-{ftype}.gguf")
     where = Path(model_dir if requested is None else requested)
-    if where.is_dir():
+    try:
+        is_dir = where.is_dir()
+    except OSError:  # a name too long to stat: the output checks say so
+        is_dir = False
+    if is_dir:
         return where / default_name(kvs)
     try:
         return where.parent / gguf.fill_templated_filename(where.name, output_type(kvs))

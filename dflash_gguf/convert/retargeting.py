@@ -1,4 +1,7 @@
-"""retargeting: a drafter GGUF in one format → DrafterMeta → the same tensors renamed, bytes untouched."""
+"""retargeting: a drafter GGUF in one format → DrafterMeta → the same tensors renamed, bytes untouched.
+
+A legacy DSpark GGUF (``formats.legacy_dspark``) enters through the same path: its header is
+first re-spelled as mainline's, then read like any mainline file."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -11,7 +14,9 @@ from ..fileio.gguf_header import show
 from ..fileio.gguf_reader import read_gguf
 from ..fileio.gguf_writer import FileSpan, TensorOut, WriteReport, write_gguf
 from ..formats import Format, get_format, meta_from_gguf
+from ..formats.legacy_dspark import SHARED_TENSORS, is_legacy_dspark, migrate_header
 from ..formats.meta import ROPE_SECTIONS, without_mask
+from ..formats.names import D2T
 
 
 @dataclass(frozen=True)
@@ -21,6 +26,7 @@ class RetargetResult:
     arch: str
     renamed: list[tuple[str, str]]
     written: WriteReport | None
+    dropped: tuple[str, ...] = ()  # --drop-shared-tensors: the tensors left for the target to lend
 
 
 def retarget(
@@ -33,19 +39,43 @@ def retarget(
     force: bool = False,
     dry_run: bool = False,
     progress: Callable[[int], None] | None = None,
+    drop_shared: bool = False,
 ) -> RetargetResult:
-    """Rewrite a drafter GGUF into another format: keys re-spelled, tensors renamed, bytes untouched."""
+    """Rewrite a drafter GGUF into another format: keys re-spelled, tensors renamed, bytes untouched.
+    ``drop_shared``: leave out ``token_embd.weight`` / ``output.weight``, which mainline takes
+    from the target when the drafter has none (full vocabulary only)."""
     to_fmt: Format = get_format(format)
     f = read_gguf(src)
-    from_fmt, meta = meta_from_gguf(f.kvs, f.shapes(), src)
+    kv_in, shapes = f.kvs, f.shapes()
+    legacy = None
+    if is_legacy_dspark(f.arch):
+        legacy = migrate_header(kv_in, shapes, src)
+        if not (target_gguf or target_dir):
+            raise UsageError(f"{src}: a legacy DSpark GGUF carries no vocabulary; pass --target-gguf DONOR.gguf "
+                             "(the target model's GGUF) to take the vocabulary from")
+        kv_in, shapes = legacy.kvs, legacy.shapes
+    if drop_shared:
+        if to_fmt.name != "llama.cpp":
+            raise UsageError(f"--drop-shared-tensors is for --format llama.cpp only (mainline borrows the target's "
+                             f"embedding and output head); --format {to_fmt.name} loads the drafter's own")
+        if D2T in shapes:
+            raise UsageError(f"{src}: a reduced-vocabulary drafter (d2t) needs its own output head; "
+                             "drop --drop-shared-tensors")
+    from_fmt, meta = meta_from_gguf(kv_in, shapes, src)
+    if legacy is not None:
+        meta.vocab_size = legacy.vocab_size  # the Markov head's rows: the donor must have as many tokens
     if target_gguf or target_dir:
         _attach_target(meta, target_gguf, target_dir, src)
     arch, kvs = to_fmt.kvs(meta)
-    renamed, tensors, by_new = [], [], {}
+    renamed, tensors, by_new, dropped = [], [], {}, []
     for t in f.tensors:
-        new = to_fmt.rename_from(from_fmt, t.name)
+        name = t.name if legacy is None else legacy.renames[t.name]
+        if drop_shared and name in SHARED_TENSORS:
+            dropped.append(name)
+            continue
+        new = to_fmt.rename_from(from_fmt, name)
         if new is None:
-            new = t.name  # not a drafter-table tensor (e.g. rope_freqs, d2t): keep its name
+            new = name  # not a drafter-table tensor (e.g. rope_freqs, d2t): keep its name
         if new in by_new:
             raise GGUFFormatError(
                 f"{src}: tensors {show(by_new[new])} and {show(t.name)} would both be named {show(new)} in "
@@ -54,12 +84,13 @@ def retarget(
         renamed.append((t.name, new))
         span = FileSpan(f.path, t.offset_abs, t.nbytes, t.name)  # bytes untouched: copied file to file
         tensors.append(TensorOut(new, t.shape, t.ggml_type, t.nbytes, (lambda s=span: s)))
+    source_format = "legacy-dspark" if legacy is not None else from_fmt.name
     if dry_run:
-        return RetargetResult(from_fmt.name, to_fmt.name, arch, renamed, None)
+        return RetargetResult(source_format, to_fmt.name, arch, renamed, None, tuple(dropped))
     if out is None:
         raise UsageError("retarget needs -o OUT.gguf (or --dry-run)")
     report = write_gguf(out, arch, kvs, tensors, force=force, inputs=(src, target_gguf, target_dir), progress=progress)
-    return RetargetResult(from_fmt.name, to_fmt.name, arch, renamed, report)
+    return RetargetResult(source_format, to_fmt.name, arch, renamed, report, tuple(dropped))
 
 
 def _attach_target(meta, target_gguf, target_dir, src) -> None:

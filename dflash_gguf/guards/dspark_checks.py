@@ -20,6 +20,7 @@ from ..fileio.string_array import StringArray
 from ..fileio.types import TensorInfo, type_name
 from ..formats.dspark import (CONF_PROJ, CONF_PROJ_BIAS, DSPARK_HPARAMS, MARKOV_W1, MARKOV_W2, MARKOV_W2_SCALE,
                               SAMPLE_FROM_ANCHOR, is_dspark)
+from ..formats.legacy_dspark import is_legacy_dspark, migrate_command
 from ..formats.names import D2T, OUTPUT, ROPE_FREQS
 from .drafter_checks import DrafterView, drafter_view
 from .findings import Finding, Severity, as_int, finding
@@ -76,6 +77,16 @@ def check_dspark(h: GGUFHeader, view: DrafterView | None = None) -> Iterator[Fin
     yield from _output(h, d2t, n_draft, n_embd)
     yield from _sinks(h)
     yield from _gemma4(h)
+
+
+def check_legacy_dspark(h: GGUFHeader) -> Iterator[Finding]:
+    """A legacy DSpark GGUF (the fork's ``dspark`` architecture): no mainline build knows the
+    architecture, so it is one error that names the migration, not "not a drafter"."""
+    if is_legacy_dspark(h.arch):
+        yield _d(h, Severity.ERROR, "legacy-dspark",
+                 "legacy DSpark GGUF (fork format: architecture 'dspark', dspark.dspark.* keys, no vocabulary): "
+                 f"mainline llama.cpp cannot load it; migrate: {migrate_command(show(h.path.name))} "
+                 "[--drop-shared-tensors]", "key general.architecture")
 
 
 def _keys(h: GGUFHeader) -> Iterator[Finding]:

@@ -9,6 +9,7 @@ from typing import Iterator
 from ..config import build_target_layer_ids
 from ..fileio.gguf_header import GGUFHeader, show
 from ..fileio.string_array import StringArray
+from ..formats.legacy_dspark import is_legacy_dspark
 from ..formats.meta import ROPE_SECTIONS
 from .drafter_checks import DrafterView, drafter_view
 from .findings import Finding, Severity, as_int, finding
@@ -18,7 +19,8 @@ DRAFTER_ARCH_RE = re.compile(r"^(dflash|dflash-draft|.+-dflash-draft|eagle3?)$")
 
 
 def pair_roles(d: GGUFHeader, t: GGUFHeader) -> Iterator[Finding]:
-    if not (d.arch and DRAFTER_ARCH_RE.match(d.arch)):
+    # a legacy DSpark file is a drafter: legacy-dspark already says what it is and how to migrate it
+    if not (d.arch and DRAFTER_ARCH_RE.match(d.arch)) and not is_legacy_dspark(d.arch):
         yield finding(d, Severity.WARNING, "pair-not-drafter",
                       f"general.architecture = {show(d.arch or '')!r} is not a DFlash drafter; --target expects FILE to be the drafter",
                       "key general.architecture", "pairing")

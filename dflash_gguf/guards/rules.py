@@ -78,6 +78,8 @@ RULES = (
          "the mask token id is outside the drafter's vocabulary"),
     Rule("drafter-swa-pattern", "drafter", "error",
          'sliding_window_pattern not ARRAY[BOOL], not one entry per layer, or without a window'),
+    Rule("legacy-dspark", "drafter", "error",
+         "a legacy DSpark GGUF (the fork's 'dspark' architecture): mainline cannot load it; retarget migrates it"),
     Rule("dspark-format", "drafter", "error",
          'a DSpark drafter (Markov head / d2t) in a format other than llama.cpp: no other runtime loads it'),
     Rule("dspark-key-type", "drafter", "error",

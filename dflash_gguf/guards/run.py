@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Callable
 
 from ..errors import TargetError
 from .drafter_checks import check_drafter, drafter_view
-from .dspark_checks import check_dspark
+from .dspark_checks import check_dspark, check_legacy_dspark
 from .file_checks import check_keys, check_layout, check_names, check_tensors, check_tokenizer, check_trailing
 from .findings import CheckReport
 from .pairing import pair_drafter, pair_roles, pair_vocab
@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 #: (header) -> findings, on each physical file (offsets and layout are per shard).
 FILE_CHECKS = (check_layout, check_trailing, check_names)
 #: (model) -> findings, on the logical model: shard 1's keys with every shard's tensors.
-MODEL_CHECKS = (check_keys, check_tokenizer, check_tensors, check_drafter, check_dspark)
+MODEL_CHECKS = (check_keys, check_tokenizer, check_tensors, check_drafter, check_dspark, check_legacy_dspark)
 #: (drafter, target) -> findings, with --target.
 PAIR_CHECKS = (pair_roles, pair_vocab, pair_drafter)
 # The checks above that read the drafter view (``drafter_view``: format, parsed keys): it is

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from gguf import GGUFReader
 
-from tests.conftest import DRAFTERS, TARGETS
+from tests.conftest import DRAFTERS, FIXTURES, TARGETS
 
 DRAFTER = DRAFTERS / "gemma-style"
 TARGET = TARGETS / "llama-tiny.gguf"
@@ -80,3 +80,47 @@ def test_refusals(cli, src, tmp_path):
     assert code == 5 and "nope.gguf" in se
     code, _, se = cli("retarget", src, "--format", "vllm", "--dry-run")
     assert code == 2 and "vllm" in se
+
+
+@pytest.fixture(scope="module")
+def legacy(tmp_path_factory):
+    """A legacy DSpark GGUF (tests/formats/legacy_dspark_files.py) and our mainline conversion of its checkpoint."""
+    from tests.formats.legacy_dspark_files import mainline_drafter, to_legacy
+
+    root = tmp_path_factory.mktemp("legacy-dspark-cli")
+    mainline = mainline_drafter(root)
+    return to_legacy(mainline, root / "old-dspark.gguf"), mainline
+
+
+def test_a_legacy_dspark_file_is_migrated(cli, legacy, tmp_path):
+    old, mainline = legacy
+    out = tmp_path / "new.gguf"
+    code, so, se = cli("retarget", old, "--target-gguf", TARGET, "-o", out, "--drop-shared-tensors")
+    assert code == 0, se
+    assert so.splitlines()[0] == "old-dspark.gguf: legacy-dspark → llama.cpp (architecture dflash)"
+    assert "  dspark.markov_head_a.weight → markov_w1.weight" in so.splitlines()
+    assert "  dropped (the target lends them): token_embd.weight, output.weight" in so.splitlines()
+    assert out.read_bytes() == mainline.read_bytes()
+    code, js, se = cli("retarget", old, "--target-gguf", TARGET, "--json", "--dry-run")
+    doc = json.loads(js)
+    assert code == 0 and doc["source_format"] == "legacy-dspark" and doc["dropped"] == []
+    assert {"from": "dspark.hidden_norm.weight", "to": "enc.output_norm.weight"} in doc["tensors"]
+
+
+def test_a_legacy_dspark_file_is_refused_in_one_line_without_a_donor(cli, legacy, tmp_path):
+    old, _ = legacy
+    code, so, se = cli("retarget", old, "-o", tmp_path / "x.gguf")
+    assert code == 2 and "pass --target-gguf DONOR.gguf" in se and len(se.strip().splitlines()) == 1
+    code, _, se = cli("retarget", old, "--target-gguf", FIXTURES / "guards" / "qwen3-8b.gguf", "-o", tmp_path / "x.gguf")
+    assert code == 7 and "drafter vocab 512 != target vocab 32" in se and len(se.strip().splitlines()) == 1
+    assert not (tmp_path / "x.gguf").exists()
+
+
+def test_inspect_names_the_migration(cli, legacy):
+    old, _ = legacy
+    code, so, se = cli("inspect", old)
+    assert code == 0, se
+    lines = so.splitlines()
+    assert lines[0] == f"{old}: architecture dspark, format legacy DSpark GGUF (fork format)"
+    assert lines[1] == ("  mainline llama.cpp cannot load it; migrate: dflash-gguf retarget old-dspark.gguf "
+                        "--target-gguf DONOR.gguf -o OUT.gguf [--drop-shared-tensors]")

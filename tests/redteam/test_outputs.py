@@ -71,6 +71,13 @@ def test_non_regular_outputs_are_never_replaced(tmp_path, drafter, gguf, kind, c
             "quantize": ["quantize", gguf, node, "q8_0", "--force"],
             "retarget": ["retarget", gguf, "-o", node, "--format", "dflash-draft", "--force"]}[command]
     r = run_cli(args, timeout=120)
+    if command == "convert" and kind == "directory":
+        # llama.cpp's converter writes into a directory given as --outfile, under its default name
+        # (docs/convert.md); what the directory held is kept
+        assert r.code == EXIT_OK, str(r)
+        assert sorted(p.name for p in node.iterdir()) == ["Drafter-140K-BF16.gguf", "keep"]
+        assert (node / "keep").read_text() == "mine" and leftovers(tmp_path) == []
+        return
     assert_one_line_error(r, EXIT_OUTPUT)
     assert "not a regular file" in r.stderr
     assert fingerprint([node, tmp_path / "dev", node / "keep"]) == before
@@ -128,12 +135,15 @@ def test_two_converts_to_one_new_name_cannot_both_succeed(tmp_path, drafter):
     assert run_cli(["check", out]).code == EXIT_OK
 
 
-def test_an_existing_directory_with_force_is_exit_5(tmp_path, drafter):
+def test_a_directory_whose_default_name_is_a_directory_is_exit_5(tmp_path, drafter):
+    """-o DIR means DIR/<default name> (llama.cpp's converter); a directory in that place is
+    never replaced, --force or not."""
     d = tmp_path / "outdir"
-    d.mkdir()
+    (d / "Drafter-140K-BF16.gguf").mkdir(parents=True)
     r = run_cli(convert(drafter, d, "--force"), timeout=120)
     assert_one_line_error(r, EXIT_OUTPUT)
-    assert d.is_dir() and list(d.iterdir()) == []
+    assert "not a regular file" in r.stderr
+    assert [p.name for p in d.iterdir()] == ["Drafter-140K-BF16.gguf"] and (d / "Drafter-140K-BF16.gguf").is_dir()
 
 
 @pytest.mark.parametrize("n_bytes", [242, 250, 255])
