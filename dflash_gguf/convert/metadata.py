@@ -113,6 +113,7 @@ def general_kvs(src: MetadataInputs, tensors: Iterable[tuple[str, Sequence[int]]
     gm = _gguf_metadata()
     counts = parameter_counts(tensors)
     total = counts[0]
+    _require_objects(src)
     try:
         md = gm.Metadata.load(src.override, src.model_dir, src.model_name, total)
         override = gm.Metadata.load_metadata_override(src.override)
@@ -148,8 +149,36 @@ def general_kvs(src: MetadataInputs, tensors: Iterable[tuple[str, Sequence[int]]
     if md.size_label is None and total > 0:
         md.size_label = size_label(*counts)
     rec = _Recorder(keys)
-    md.set_gguf_meta_model(rec)
+    try:
+        md.set_gguf_meta_model(rec)
+    except _BadValue as exc:  # gguf-py writes whatever it was given; a GGUF value has one type
+        where = f"{src.model_dir / 'README.md'}'s front matter" + (
+            f" or --metadata {src.override}" if src.override is not None else "")
+        raise ConfigError(f"{exc.key} = {exc.value!r}: {exc.want}; fix it in {where}") from None
     return list(rec.kvs.values())
+
+
+def _require_objects(src: MetadataInputs) -> None:
+    """gguf-py reads ``--metadata`` and generation_config.json with ``.get``: each must be a JSON
+    object, said in one line here rather than as an AttributeError there."""
+    files = [(src.override, UsageError, "--metadata")] if src.override is not None else []
+    gen = Path(src.model_dir) / "generation_config.json"
+    if gen.is_file():
+        files.append((gen, ConfigError, str(gen)))
+    for path, error, name in files:
+        try:
+            value = json.loads(Path(path).read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+            continue  # Metadata.load's own read reports it, in general_kvs's words
+        if not isinstance(value, dict):
+            raise error(f"{name}{'' if name == str(path) else f' {path}'}: a JSON object of keys is expected, "
+                        f"not a {type(value).__name__}")
+
+
+class _BadValue(Exception):
+    def __init__(self, key: str, value: Any, want: str) -> None:
+        super().__init__(key)
+        self.key, self.value, self.want = key, value, want
 
 
 # The types gguf-py's GGUFWriter writes each general key with (its add_* methods); everything else is
@@ -186,17 +215,22 @@ class _Recorder:
 
     def _add(self, key: str, field: str, value: Any) -> None:
         if field in _ARRAYS:
+            if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
+                raise _BadValue(key, value, "a list of strings is expected")
             if len(value) == 0:
                 return
-            item = T.STRING if isinstance(value[0], str) else T.INT32 if isinstance(value[0], int) else T.FLOAT32
-            kv = KV(key, list(value), T.ARRAY, item)
-        elif field in _INT32 or field in _UINT32:
-            kv = KV(key, int(value), T.INT32 if field in _INT32 else T.UINT32)
-        elif field.startswith("SAMPLING_") and field != "SAMPLING_SEQUENCE":
-            kv = KV(key, float(value), T.FLOAT32)
+            kv = KV(key, list(value), T.ARRAY, T.STRING)
+        elif field in _INT32 or field in _UINT32 or (field.startswith("SAMPLING_") and field != "SAMPLING_SEQUENCE"):
+            integer = field in _INT32 or field in _UINT32
+            if isinstance(value, bool) or not isinstance(value, int if integer else (int, float)):
+                raise _BadValue(key, value, "an integer is expected" if integer else "a number is expected")
+            kv = (KV(key, int(value), T.INT32 if field in _INT32 else T.UINT32) if integer
+                  else KV(key, float(value), T.FLOAT32))
         else:
             if not value:
                 return
+            if not isinstance(value, str):
+                raise _BadValue(key, value, "a string is expected")
             kv = KV(key, value, T.STRING)
         self.kvs[key] = kv
 

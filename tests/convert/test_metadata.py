@@ -111,6 +111,27 @@ def test_a_bad_card_or_override_is_one_error(cli, tmp_path):
     assert code == 2 and "--metadata" in err
 
 
+def test_values_of_the_wrong_kind_are_one_line(cli, tmp_path):
+    """gguf-py writes whatever a card or --metadata holds; a GGUF value has one type, so a list
+    where a string goes (or a JSON list as the whole file) is refused in one line, not a traceback."""
+    d = with_card(tmp_path, card="---\nlicense: mit\nbase_model:\n- Qwen/Qwen3-8B\n---\n")
+    bad = tmp_path / "bad.json"
+    for text, code, says in (("[1, 2]", 2, f"--metadata {bad}: a JSON object of keys is expected, not a list"),
+                             ('{"general.tags": "x"}', 3, "general.tags = 'x': a list of strings is expected"),
+                             ('{"general.base_models": [{"name": 5}]}', 3,
+                              "general.base_model.0.name = 5: a string is expected"),
+                             ('{"general.sampling.top_k": "40"}', 3,
+                              "general.sampling.top_k = '40': an integer is expected")):
+        bad.write_text(text)
+        rc, _, err = cli("convert", d, "--target-gguf", RUNTIME / "target.gguf", "-o", tmp_path / "o.gguf",
+                         "--metadata", bad)
+        assert rc == code and len(err.strip().splitlines()) == 1 and says in err, (text, err)
+        assert not (tmp_path / "o.gguf").exists()
+    (d / "generation_config.json").write_text("[]")
+    rc, _, err = cli("convert", d, "--target-gguf", RUNTIME / "target.gguf", "-o", tmp_path / "o.gguf")
+    assert rc == 3 and "generation_config.json: a JSON object of keys is expected, not a list" in err
+
+
 def test_size_label_counts_experts_as_gguf_py_does():
     counts = parameter_counts([("blk.0.ffn_up_exps.weight", (8, 32, 16)), ("token_embd.weight", (100, 16))])
     assert counts == (8 * 32 * 16 + 1600, 1600, 32 * 16, 8)
