@@ -130,8 +130,9 @@ def general_kvs(src: MetadataInputs, tensors: Iterable[tuple[str, Sequence[int]]
     except Exception as exc:  # yaml's own errors: README.md's front matter is not YAML
         if not type(exc).__module__.startswith("yaml"):
             raise
+        problem = "; ".join(line.strip() for line in str(exc).splitlines() if line.strip() and "^" not in line)
         raise ConfigError(f"{Path(src.model_dir) / 'README.md'}: the model card's front matter is not valid "
-                          f"YAML ({exc})") from None
+                          f"YAML ({problem})") from None
     keys = gm.Keys.General
     # llama.cpp's own gguf-py also reads transformers' name for the repeat penalty; PyPI's gguf
     # 0.19.0 reads only "penalty_repeat". Same precedence: penalty_repeat, then --metadata.
