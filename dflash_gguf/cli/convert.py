@@ -38,6 +38,9 @@ def convert_cmd(
     force: ForceOpt = False,
     metadata: MetadataOpt = None,
     model_name: ModelNameOpt = None,
+    fp8_as_q8: Annotated[bool, typer.Option(
+        "--fp8-as-q8", help="Pre-quantized FP8 checkpoint: write its FP8 weights (2+ dims) as Q8_0, the rest as "
+                            "--outtype (llama.cpp's --fp8-as-q8).")] = False,
 ) -> None:
     """Convert a DFlash drafter checkpoint (safetensors + config.json) to GGUF.
 
@@ -61,7 +64,7 @@ def convert_cmd(
         target_dir = resolve_dir(target_dir, flag="--target-dir", allow_patterns=TARGET_CONFIG_FILES,
                                  progress=not json_out)
     conv = plan_conversion(drafter_dir, format=format, outtype=outtype.lower(), target_gguf=target_gguf,
-                           target_dir=target_dir, metadata=metadata, model_name=model_name)
+                           target_dir=target_dir, metadata=metadata, model_name=model_name, fp8_as_q8=fp8_as_q8)
     if dry_run:
         if json_out:
             print_json({**conv.plan.to_json(), "target_checks": conv.target_checks})

@@ -32,7 +32,7 @@ from .constants import compare_constants
 from .integers import int_pair_row, is_integer_table, table_row
 from .engine import default_workers, make_pair, run_pairs
 from .report import EXTRA, MISSING, OUT, CompareReport, TensorComparison
-from .sides import Files, Side, neox_side
+from .sides import Files, Side, dequant_side, neox_side
 
 _CHECKPOINT_MODE, _GGUF_MODE = "safetensors-gguf", "gguf-gguf"
 _Matched = list[tuple[TensorComparison, Side, Side]]  # a row and its two sides, A first
@@ -149,10 +149,11 @@ def _pair_checkpoint(report: CompareReport, cfg: DrafterConfig, routes: Routes, 
         row = TensorComparison(t.name, g, e.ggml_type.name, t.shape, OUT, source_type=t.dtype,
                                gguf_shape=e.shape, nbytes=e.nbytes)
         rows.append(row)
-        if t.dtype not in FLOAT_DTYPES:
+        deq = routes.dequant(n)
+        if t.dtype not in FLOAT_DTYPES and deq is None:
             row.detail = f"source dtype {t.dtype} is not a float type; cannot compare values"
             continue
-        side = files.source_side(t)
+        side = files.source_side(t) if deq is None else dequant_side(t, deq)
         if transform_of(cfg, n, mask_row=False) == NEOX_PERMUTE:
             side, neox = neox_side(side, cfg.head_dim), True
         matched.append((row, side, files.gguf_side(f, e)))
@@ -168,6 +169,9 @@ def _pair_checkpoint(report: CompareReport, cfg: DrafterConfig, routes: Routes, 
         if src is not None and e is not None:  # a table computed from a checkpoint tensor: compared as integers
             rows.append(table_row(routes.by_name[src], data, f, e))
             used.add(g)
+    if routes.prequant is not None:
+        notes.append(f"pre-quantized checkpoint ({routes.prequant.label}): its {len(routes.prequant.weights)} "
+                     "quantized weights are compared as convert dequantizes them (float32 weight × scale)")
     if neox:
         notes.append("rope_is_neox_style false: checkpoint Q/K rows compared after the converter's NeoX permutation")
     from_target = (TOKEN_EMBD, OUTPUT) if (cfg.path.parent / MASK_FILE).is_file() else ()

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import math
 import os
+import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 from gguf import GGMLQuantizationType as Q
@@ -20,6 +21,9 @@ from ..fileio.bf16 import bf16_to_f32
 from ..fileio.gguf_reader import GGUFFile
 from ..fileio.safetensors import DTYPE_SIZES, SourceTensor
 from ..fileio.types import TensorInfo
+
+if TYPE_CHECKING:
+    from ..convert.prequant import Dequant
 
 
 @dataclass
@@ -101,6 +105,32 @@ class Files:
                               out)
 
         return Side(e.name, shape, e.ggml_type, e.nbytes, read, read)
+
+
+def dequant_side(t: SourceTensor, d: Dequant) -> Side:
+    """A pre-quantized checkpoint weight as F32: the values convert writes from it
+    (``convert.prequant.dequantize``, mainline's ``dequant_simple``). Dequantized whole on its
+    first read, as convert does, and let go after its last row is read."""
+    from ..convert.prequant import dequantize
+
+    shape = t.shape or (1,)
+    rows, cols = math.prod(shape[:-1]), shape[-1]
+    lock, held = threading.Lock(), []
+
+    def read(r0: int, r1: int, out: np.ndarray | None = None) -> np.ndarray:
+        with lock:
+            if not held:
+                held.append(dequantize(t, d).reshape(rows, cols))
+            x = held[0]
+            if r1 >= rows:
+                held.clear()
+        b = np.ascontiguousarray(x[r0:r1]).reshape(-1).view(np.uint8)
+        if out is None:
+            return b
+        out[:b.size] = b
+        return out[:b.size]
+
+    return Side(t.name, shape, Q.F32, rows * cols * 4, read, read)
 
 
 def neox_side(side: Side, head_dim: int) -> Side:

@@ -18,6 +18,7 @@ from ..errors import ConfigError
 from .attention import HFAttention, parse_hf_attention, resolve_swa
 from .dspark import (ALL_DSPARK_ARCHS, DSPARK_ARCHS, DSparkSpec, layer_config_default_theta, normalize_dspark,
                      parse_dspark)
+from .quantization import QuantizationConfig, parse_quantization
 from .rope import RopeScaling, parse_rope
 from .values import MAX_BLOCK_SIZE, MAX_HEAD_DIM, MAX_LAYERS, Resolver, coerce, flag, read_config_json
 
@@ -83,6 +84,8 @@ class DrafterConfig:
     # knob -> where its value came from ("dflash_config.block_size", "config.rope_theta", "default")
     sources: dict[str, str] = field(default_factory=dict)
     warnings: tuple[str, ...] = ()
+    # a pre-quantized checkpoint's quantization_config (convert/prequant.py); None for plain floats
+    quantization: QuantizationConfig | None = None
 
     @property
     def is_dflash2(self) -> bool:
@@ -261,6 +264,7 @@ def parse_config(raw: dict[str, Any], cfg_path: Path) -> DrafterConfig:
         dspark=parse_dspark(published, arch, vocab, cfg_path, raw) if arch in ALL_DSPARK_ARCHS else None,
         sources=dict(r.sources),
         warnings=tuple(r.warnings),
+        quantization=parse_quantization(published, cfg_path),
         **conv,
     )
 

@@ -5,7 +5,7 @@ slow part with a 150k-token tokenizer) once; ``write_conversion`` streams that p
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterable, Iterator
 
@@ -60,10 +60,12 @@ def plan_conversion(
     target_dir: str | Path | None = None,
     metadata: str | Path | None = None,
     model_name: str | None = None,
+    fp8_as_q8: bool = False,
 ) -> Conversion:
     """Load and validate the checkpoint, the config and the target; build the plan (no output).
     ``metadata`` and ``model_name`` are mainline's ``--metadata`` (a JSON file of general.* keys
-    that override the model card's) and ``--model-name``."""
+    that override the model card's) and ``--model-name``; ``fp8_as_q8`` its ``--fp8-as-q8`` (a
+    pre-quantized checkpoint's FP8 weights written as Q8_0, convert/prequant.py)."""
     fmt = get_format(format)
     if target_gguf and target_dir:
         raise UsageError("pass only one of --target-gguf and --target-dir")
@@ -92,7 +94,7 @@ def plan_conversion(
     plan = build_plan(cfg, fmt, inventory, outtype, tokenizer=tokenizer, target_hidden=target_hidden,
                       target_mrope=mrope, extra_sources=extra, mask_row=mask is not None,
                       metadata=MetadataInputs(Path(drafter_dir), None if metadata is None else Path(metadata),
-                                              model_name))
+                                              model_name), fp8_as_q8=fp8_as_q8)
     own = {t.name for t in inventory}
     inventory = [*inventory, *(t for t in extra.values() if t.name not in own)]
     return Conversion(cfg, inventory, plan, notes, mask, input_paths(drafter_dir, target_gguf, target_dir))
@@ -131,12 +133,13 @@ def convert(
     progress: Callable[[int], None] | None = None,
     metadata: str | Path | None = None,
     model_name: str | None = None,
+    fp8_as_q8: bool = False,
 ) -> ConvertResult:
     """Convert a drafter checkpoint to one GGUF: ``plan_conversion`` then ``write_conversion``.
     ``out`` is named as mainline names it (``metadata.output_path``): None or a directory gets
     ``{Name}-{Size}-{Type}.gguf`` (in the drafter dir when None), ``{ftype}`` is filled in."""
     conv = plan_conversion(drafter_dir, format=format, outtype=outtype, target_gguf=target_gguf, target_dir=target_dir,
-                           metadata=metadata, model_name=model_name)
+                           metadata=metadata, model_name=model_name, fp8_as_q8=fp8_as_q8)
     if dry_run:
         return ConvertResult(conv.plan, conv.config, None, conv.target_checks)
     return write_conversion(conv, output_path(out, drafter_dir, conv.plan.kvs), force=force, progress=progress)
@@ -151,7 +154,17 @@ def _producer(p: TensorPlan, by_name: dict[str, SourceTensor], conv: Conversion)
         return lambda: llama3_rope_factors(conv.config)
     src = by_name[p.src]
     chunks = None
-    if p.transform == NEOX_PERMUTE:
+    deq = conv.plan.dequant.get(p.src)
+    if deq is not None:
+        # a pre-quantized weight is its float32 dequantization from here on (prequant.py)
+        from .prequant import dequantize
+
+        stored, src = src, replace(src, dtype="F32", nbytes=src.numel * 4)
+        if p.transform == NEOX_PERMUTE:
+            chunks = lambda: [neox_permute(dequantize(stored, deq), conv.config.head_dim)]  # noqa: E731
+        else:
+            chunks = lambda: [dequantize(stored, deq)]  # noqa: E731
+    elif p.transform == NEOX_PERMUTE:
         chunks = lambda: [neox_permute(read_raw(src), conv.config.head_dim)]  # noqa: E731 (one tensor in memory)
     elif p.transform == MASK_ROW:
         chunks = lambda: _patched(src, conv.mask)  # noqa: E731

@@ -20,6 +20,7 @@ from ..fileio.safetensors import FLOAT_DTYPES, SourceTensor
 from .family import PlanExtension
 from .metadata import MetadataInputs, general_kvs
 from .outtypes import OUTTYPES, QUANT_OUTTYPES
+from .prequant import Dequant, Prequantized, auto_outtype, fp8_as_q8_type, split
 
 if TYPE_CHECKING:
     import numpy as np
@@ -55,6 +56,7 @@ class ConversionPlan:
     taps_zlab: tuple[int, ...] = ()
     taps_stored: tuple[int, ...] = ()
     generated: dict[str, "np.ndarray"] = field(default_factory=dict)  # src-less tensors' data (DSpark)
+    dequant: dict[str, Dequant] = field(default_factory=dict)  # source name → its scale (convert/prequant.py)
 
     @property
     def total_bytes(self) -> int:
@@ -117,6 +119,11 @@ class Routes:
     missing: list[str]  # expected but absent
     from_target: frozenset[str]  # names that came from the target (extra_sources)
     family: PlanExtension
+    prequant: Prequantized | None = None  # a pre-quantized checkpoint's scales (its scales are not in by_name)
+
+    def dequant(self, name: str) -> Dequant | None:
+        """How checkpoint tensor ``name`` (without ``model.``) is dequantized; None: read as stored."""
+        return self.prequant.weights.get(name) if self.prequant else None
 
     def gguf_name(self, fmt: Format, name: str) -> str:
         dst = self.family.gguf_name(fmt, name)
@@ -141,12 +148,16 @@ def route_tensors(cfg: DrafterConfig, fmt: Format, inventory: Sequence[SourceTen
     which expected ones are missing; refuses nothing but a family's own structural errors.
 
     Raises:
-        WeightsError: a family's tensors that cannot be routed (a half DSpark Markov head, a bad d2t).
+        WeightsError: a family's tensors that cannot be routed (a half DSpark Markov head, a bad d2t);
+            a pre-quantized checkpoint we cannot read (``prequant.split``).
     """
     by_name = {t.name.removeprefix("model."): t for t in inventory}
+    where = str(inventory[0].file.parent) if inventory else str(cfg.path.parent)
+    prequant = split(cfg.quantization, by_name, where)
+    if prequant is not None:  # scales are folded into their weights: not tensors of their own
+        by_name = {n: t for n, t in by_name.items() if n not in prequant.consumed}
     extra = {n: t for n, t in extra_sources.items() if n not in by_name} if extra_sources else {}
     by_name.update(extra)
-    where = str(inventory[0].file.parent) if inventory else str(cfg.path.parent)
     fam = plan_extension(cfg, expected_shapes(cfg, target_hidden), by_name, where)
     expected = fam.expected
     dropped: list[tuple[str, str]] = []
@@ -172,9 +183,13 @@ def route_tensors(cfg: DrafterConfig, fmt: Format, inventory: Sequence[SourceTen
         else:
             unknown.append(t.name)
     missing = [n for n in expected if n not in fam.by_name]
-    # Tensor order: checkpoint names sorted, as llama.cpp's converter iterates them.
-    written = sorted([*(n for n in expected if n in fam.by_name), *optional])
-    return Routes(expected, fam.by_name, written, optional, dropped, unknown, missing, frozenset(extra), fam)
+    # Tensor order: as llama.cpp's converter iterates them, names sorted within each shard and
+    # shards by file name (``ModelBase.index_tensors``); one file: names sorted.
+    order = None
+    if len({t.file for t in inventory}) > 1:
+        order = lambda n: (fam.by_name[n].file.name if n not in extra else "", n)  # noqa: E731
+    written = sorted([*(n for n in expected if n in fam.by_name), *optional], key=order)
+    return Routes(expected, fam.by_name, written, optional, dropped, unknown, missing, frozenset(extra), fam, prequant)
 
 
 def build_plan(
@@ -190,10 +205,12 @@ def build_plan(
     extra_sources: Mapping[str, SourceTensor] | None = None,
     mask_row: bool = False,
     metadata: MetadataInputs | None = None,
+    fp8_as_q8: bool = False,
 ) -> ConversionPlan:
     """Validate the inventory against the config and decide every output tensor and KV.
     ``metadata``: where the general.* keys come from as mainline reads them (model card,
-    directory name...); without it general.name is ``name``.
+    directory name...); without it general.name is ``name``. ``fp8_as_q8``: mainline's
+    ``--fp8-as-q8``, FP8 weights of a pre-quantized checkpoint written as Q8_0.
 
     Raises:
         WeightsError: missing / unexpected tensors, wrong shapes, non-float dtypes.
@@ -213,8 +230,17 @@ def build_plan(
     routes = route_tensors(cfg, fmt, inventory, target_hidden=th, extra_sources=extra_sources)
     _validate(cfg, routes, th, where)
 
+    if mask_row and routes.dequant(MASK_ROW_SOURCE) is not None:
+        raise WeightsError(f"{where}: mask_embedding.pt patches a pre-quantized embedding table, which dflash-gguf "
+                           "does not do yet; give a BF16/F16/F32 checkpoint")
     quant = outtype in QUANT_OUTTYPES
-    tensor_plans = _choose_types(fmt, routes, "auto" if quant else outtype)
+    if fp8_as_q8 and quant and outtype != "q8_0":
+        raise UsageError(f"--fp8-as-q8 goes with --outtype auto, f32, f16, bf16 or q8_0 (llama.cpp's converter "
+                         f"has no {outtype}); drop one of the two")
+    float_type = "auto" if quant else outtype
+    if routes.prequant is not None and float_type == "auto":
+        float_type = auto_outtype(inventory)  # one type for every tensor, as mainline guesses it
+    tensor_plans = _choose_types(fmt, routes, float_type, fp8_as_q8 and not quant)
     tensor_plans = [replace(p, transform=transform_of(cfg, n, mask_row), reason=_reason(p, cfg, n, mask_row, routes))
                     for p, n in zip(tensor_plans, routes.written)]
     head, tail = routes.family.generated()
@@ -226,10 +252,10 @@ def build_plan(
         tensor_plans.insert(0, TensorPlan(None, ROPE_FREQS, (n,), "F32", Q.F32, 4 * n,
                                           "llama3 rope scaling: per-frequency factors the runtime reads"))
 
-    file_type = None if quant else FILE_TYPES.get(outtype)
+    file_type = None if quant else FILE_TYPES.get(float_type)
     if file_type is None:  # auto: the dominant source float type
-        big = max((t for t in inventory if t.dtype in FLOAT_DTYPES), key=lambda t: t.nbytes)
-        file_type = {"F32": 0, "F16": 1, "BF16": 32}[big.dtype]
+        big = max((t for t in inventory if t.dtype in FLOAT_DTYPES), key=lambda t: t.nbytes, default=None)
+        file_type = {"F32": 0, "F16": 1, "BF16": 32}[big.dtype] if big else 1  # all FP8: mainline's F16
     # mainline sizes the model ("86K", "1.2B") from every tensor it writes, generated ones included
     general = None if metadata is None else general_kvs(metadata, [(t.dst, t.shape) for t in tensor_plans])
     meta = meta_from_config(cfg, n_target_features=cfg.n_taps * th, tokenizer=tokenizer, file_type=file_type,
@@ -253,6 +279,8 @@ def build_plan(
         format=fmt.name, arch=arch, outtype=outtype, kvs=kvs, tensors=tensor_plans, dropped=routes.dropped,
         sources=dict(cfg.sources), warnings=warnings, taps_zlab=tuple(cfg.target_layer_ids),
         taps_stored=tuple(fmt.stored_taps(meta)), generated=generated,
+        dequant={src.name: how for n, how in (routes.prequant.weights.items() if routes.prequant else ())
+                 if (src := routes.by_name.get(n)) is not None},
     )
 
 
@@ -291,7 +319,7 @@ def _validate(cfg: DrafterConfig, routes: Routes, th: int, where: str) -> None:
             raise WeightsError(f"{where}: {t.name} has shape {list(t.shape)}, expected [vocab, {cfg.hidden_size}]")
     for n in routes.written:
         t = by_name[n]
-        if t.dtype not in FLOAT_DTYPES:
+        if t.dtype not in FLOAT_DTYPES and routes.dequant(n) is None:
             raise WeightsError(f"{where}: {t.name} has dtype {t.dtype}; DFlash weights must be BF16, F16 or F32")
         if t.numel == 0:
             raise WeightsError(f"{where}: {t.name} is empty")
@@ -313,18 +341,24 @@ def keep_f32(gguf_name: str, shape: Sequence[int]) -> str | None:
     return None
 
 
-def _choose_types(fmt: Format, routes: Routes, outtype: str) -> list[TensorPlan]:
+def _choose_types(fmt: Format, routes: Routes, outtype: str, fp8_as_q8: bool = False) -> list[TensorPlan]:
     plans: list[TensorPlan] = []
     for n in routes.written:
         t = routes.by_name[n]
         dst = routes.gguf_name(fmt, n)
         f32_reason = keep_f32(dst, t.shape)
-        if f32_reason:
+        deq = routes.dequant(n)
+        forced = fp8_as_q8_type(dst, t.shape) if fp8_as_q8 and deq is not None and deq.fp8 else None
+        if forced is not None:
+            qtype, reason = forced, f"--fp8-as-q8: FP8 weight as {forced.name}"
+        elif f32_reason:
             qtype, reason = Q.F32, f32_reason
         elif outtype == "auto":
             qtype, reason = _SOURCE_TYPES[t.dtype], f"auto: source {t.dtype} kept"
         else:
             qtype, reason = {"f32": Q.F32, "f16": Q.F16, "bf16": Q.BF16}[outtype], f"--outtype {outtype}"
+        if deq is not None:
+            reason += f"; dequantized ({routes.prequant.label})"
         plans.append(TensorPlan(t.name, dst, t.shape, t.dtype, qtype, tensor_nbytes(t.shape, qtype), reason))
     return plans
 

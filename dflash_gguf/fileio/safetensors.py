@@ -26,6 +26,7 @@ _HEADER_CAP = 100 * 1024 * 1024  # safetensors' own limit
 DTYPE_SIZES = {"BF16": 2, "F16": 2, "F32": 4, "F64": 8, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1, "BOOL": 1,
                "F8_E4M3": 1, "F8_E5M2": 1, "U16": 2, "U32": 4, "U64": 8}
 FLOAT_DTYPES = ("BF16", "F16", "F32")
+FP8_DTYPES = ("F8_E4M3", "F8_E5M2")  # pre-quantized weights: decoded here, scaled by convert/prequant.py
 
 
 @dataclass(frozen=True)
@@ -295,7 +296,35 @@ def to_f32(t: SourceTensor, raw: np.ndarray | None = None) -> np.ndarray:
         return bf16_to_f32(raw)
     if t.dtype in ("F16", "F32"):
         return raw.astype(np.float32, copy=False)
+    if t.dtype in FP8_DTYPES:
+        return fp8_table(t.dtype)[raw]
     raise WeightsError(f"{t.file}: tensor {t.name} has dtype {t.dtype}; only BF16/F16/F32 weights are supported")
+
+
+_FP8_TABLES: dict[str, np.ndarray] = {}
+
+
+def fp8_table(dtype: str) -> np.ndarray:
+    """float32 value of each of the 256 FP8 bytes (exact: every FP8 value is a float32).
+
+    F8_E4M3 is torch's ``float8_e4m3fn``: bias 7, no infinities, S.1111.111 is NaN. F8_E5M2 is
+    the top byte of an IEEE half."""
+    import numpy as np
+
+    table = _FP8_TABLES.get(dtype)
+    if table is None:
+        b = np.arange(256, dtype=np.uint16)
+        if dtype == "F8_E5M2":
+            table = (b << 8).view(np.float16).astype(np.float32)
+        else:
+            exp, man = (b >> 3) & 0xF, (b & 7).astype(np.float32)
+            mag = np.where(exp == 0, man / 8 * np.float32(2.0 ** -6),
+                           (1 + man / 8) * np.exp2(exp.astype(np.float32) - 7)).astype(np.float32)
+            mag[(b & 0x7F) == 0x7F] = np.nan
+            table = np.where(b & 0x80, -mag, mag).astype(np.float32)
+        table.flags.writeable = False
+        _FP8_TABLES[dtype] = table
+    return table
 
 
 def bf16_bytes_to_f32(t: SourceTensor) -> bytearray:

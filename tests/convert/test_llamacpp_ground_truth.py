@@ -11,10 +11,13 @@ import pytest
 from gguf import GGUFReader
 
 from tests.conftest import DRAFTERS, TARGETS, llama_cpp_src, rewrite_gguf
+from tests.convert.llamacpp_reference import IGNORED as REFERENCE_IGNORED
 from tests.convert.llamacpp_reference import llama_load
 
 pytestmark = pytest.mark.slow
-IGNORED: set[str] = set()  # general.* too: name, size label and type are mainline's (convert.metadata)
+# Only our writer's version key (llamacpp_reference.IGNORED); general.* too: name, size label and
+# type are mainline's (convert.metadata)
+IGNORED: frozenset[str] = REFERENCE_IGNORED
 
 
 def llama_src() -> Path:

@@ -1,0 +1,198 @@
+"""Pre-quantized checkpoints (``quantization_config``): which source tensors are scales, and how
+a weight is dequantized, exactly as llama.cpp's converter does it (``conversion/base.py``:
+``ModelBase.dequant_model`` and its ``dequant_simple``; ``ModelBase.__init__`` for what
+``--outtype auto`` means; ``tensor_force_quant`` for ``--fp8-as-q8``).
+
+One table, ``METHODS``: each supported method is a function that pairs weights with their
+scales; ``REFUSED`` says, for every method mainline reads and we do not, what mainline writes.
+The plan (``convert/plan.py``) asks ``split`` once; the writer and compare-weights ask
+``dequantize`` for one weight at a time (float32, as mainline's ``weight.float() * scale``).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable, Mapping, Sequence
+
+from ..config.quantization import QuantizationConfig
+from ..errors import WeightsError
+from ..fileio.gguf_constants import GGMLQuantizationType as Q
+from ..fileio.safetensors import FLOAT_DTYPES, FP8_DTYPES, SourceTensor, read_raw, to_f32
+
+if TYPE_CHECKING:
+    import numpy as np
+
+
+@dataclass(frozen=True)
+class Dequant:
+    """How one weight is made: ``weight.float() * scale``, the scale repeated per block."""
+
+    scale: SourceTensor
+    block: tuple[int, ...] | None  # weight_block_size / block_structure; None: scale broadcasts as is
+    fp8: bool  # an FP8 weight: --fp8-as-q8 writes it as Q8_0
+
+
+@dataclass(frozen=True)
+class Prequantized:
+    label: str  # e.g. "fp8, 128×128 blocks": the plan's reason for each dequantized weight
+    weights: dict[str, Dequant]  # weight name (without ``model.``) → how it is dequantized
+    consumed: frozenset[str]  # scale tensors folded into their weights, and unused activation scales
+
+
+def _blocks(block: tuple[int, ...] | None) -> str:
+    return f"{'×'.join(map(str, block))} blocks" if block else "scale per tensor/channel"
+
+
+def _pair(by_name: Mapping[str, SourceTensor], scale: str, weight: str, block, fp8: bool, where: str,
+          weights: dict[str, Dequant], consumed: set[str]) -> None:
+    if weight not in by_name:
+        raise WeightsError(f"{where}: scale {by_name[scale].name} has no weight {weight}; the checkpoint is "
+                           "incomplete (re-download it)")
+    w, s = by_name[weight], by_name[scale]
+    if w.dtype not in FP8_DTYPES + FLOAT_DTYPES or s.dtype not in FLOAT_DTYPES:
+        raise WeightsError(f"{where}: {w.name} is {w.dtype} with scale {s.name} {s.dtype}; a pre-quantized weight "
+                           "must be FP8 (or a float type) and its scale F32, BF16 or F16. The checkpoint does not "
+                           "match its quantization_config")
+    if scale_shape(s.shape, block, w.shape) is None:
+        raise WeightsError(f"{where}: scale {s.name} has shape {list(s.shape)}, which does not fit weight {w.name} "
+                           f"{list(w.shape)} with {_blocks(block)}; the checkpoint is corrupt")
+    weights[weight] = Dequant(s, block, fp8)
+    consumed.add(scale)
+
+
+def _fp8(q: QuantizationConfig, by_name: Mapping[str, SourceTensor], where: str):
+    """DeepSeek-style block-scaled FP8: ``W_scale_inv`` (and Mistral's ``qscale_weight``);
+    activation scales are unused and dropped."""
+    weights: dict[str, Dequant] = {}
+    consumed: set[str] = set()
+    for n in by_name:
+        if n.endswith("_scale_inv"):
+            _pair(by_name, n, n.removesuffix("_scale_inv"), q.block_size, True, where, weights, consumed)
+        elif n.endswith(".qscale_weight"):
+            _pair(by_name, n, n.removesuffix("qscale_weight") + "weight", q.block_size, True, where, weights, consumed)
+        elif n.endswith((".activation_scale", "_activation_scale", ".qscale_act")):
+            consumed.add(n)
+    return f"fp8, {_blocks(q.block_size)}", weights, consumed
+
+
+def _compressed_tensors(q: QuantizationConfig, by_name: Mapping[str, SourceTensor], where: str):
+    """compressed-tensors ``float-quantized`` (FP8 per channel or per block): ``W_scale``."""
+    if q.format != "float-quantized" or q.n_groups != 1 or q.strategy not in ("channel", "block") \
+            or q.group_size is not None or not q.fp8_weights:
+        raise WeightsError(refusal(q))
+    weights: dict[str, Dequant] = {}
+    consumed: set[str] = set()
+    for n in by_name:
+        if n.endswith(".weight_scale"):
+            _pair(by_name, n, n.removesuffix("_scale"), q.block_size, True, where, weights, consumed)
+    return f"compressed-tensors FP8, {q.strategy} scales", weights, consumed
+
+
+METHODS: dict[str, Callable] = {"fp8": _fp8, "compressed-tensors": _compressed_tensors}
+
+_CT_FORMATS = {
+    "pack-quantized": "dequantizes its packed int4/int8 group-quantized weights to the outtype",
+    "nvfp4-pack-quantized": "writes its NVFP4 weights as NVFP4 ggml blocks (a lossless repack)",
+    "mixed-precision": "writes its NVFP4 weights as NVFP4 ggml blocks (a lossless repack)",
+    "int-quantized": "dequantizes its int8 weights to the outtype",
+    "naive-quantized": "dequantizes its int8 weights to the outtype",
+}
+REFUSED = {
+    "gptq": "dequantizes its qweight/qzeros/scales/g_idx to the outtype",
+    "bitnet": "dequantizes its ternary weights (weight_scale) to the outtype",
+    "modelopt": "writes NVFP4 weights as NVFP4 ggml blocks (a lossless repack) and dequantizes FP8 ones to the outtype",
+}
+
+
+def refusal(q: QuantizationConfig) -> str:
+    """One line: the method, that we do not read it, and what mainline does with it."""
+    name = repr(q.method) + (f" ({q.quant_algo})" if q.quant_algo else "")
+    if q.method == "compressed-tensors":
+        fmt = q.format or "?"
+        name += f" format {fmt!r}"
+        if fmt == "float-quantized" and q.n_groups == 1 and q.strategy in ("channel", "block") \
+                and q.group_size is None:
+            mainline = (f"dequantizes its {q.num_bits}-bit {q.weight_type} weights to the outtype (dflash-gguf "
+                        "reads 8-bit float ones)")
+        elif fmt == "float-quantized" and q.n_groups == 1:
+            mainline = (f"refuses it too (it reads channel or block scales only; this one: strategy {q.strategy!r}, "
+                        f"group_size {q.group_size})")
+        elif q.n_groups > 1 and fmt not in ("nvfp4-pack-quantized", "mixed-precision"):
+            mainline = f"refuses it too (it reads one config group; this one has {q.n_groups})"
+        else:
+            mainline = _CT_FORMATS.get(fmt, "refuses it too (the format is not one it supports)")
+    else:
+        mainline = REFUSED.get(q.method, "refuses it too (the method is not one it supports)")
+    fix = ("Give a BF16/F16/F32 checkpoint" if mainline.startswith("refuses") else
+           "Use llama.cpp's convert_hf_to_gguf.py for it, or give a BF16/F16/F32 checkpoint")
+    return (f"{q.where}: quant_method {name} is not supported by dflash-gguf yet; llama.cpp's converter "
+            f"{mainline}. {fix}")
+
+
+def split(q: QuantizationConfig | None, by_name: Mapping[str, SourceTensor], where: str) -> Prequantized | None:
+    """The checkpoint's scales and the weights they belong to (names without ``model.``), or
+    None for a plain float checkpoint.
+
+    Raises:
+        WeightsError: a method or format we do not read (``refusal``), a scale without its weight,
+            or a scale whose shape does not fit its weight.
+    """
+    if q is None or not q.method:  # mainline ignores a quantization_config without quant_method
+        return None
+    method = METHODS.get(q.method)
+    if method is None:
+        raise WeightsError(refusal(q))
+    label, weights, consumed = method(q, by_name, where)
+    return Prequantized(label, weights, frozenset(consumed))
+
+
+def scale_shape(scale: Sequence[int], block: Sequence[int] | None, weight: Sequence[int]) -> tuple[int, ...] | None:
+    """The shape ``dequant_simple`` gives the scale before it multiplies: repeated per block on its
+    trailing dims, cut to the weight's shape, then given trailing 1s; None where that does not
+    broadcast to the weight (mainline fails there)."""
+    s = list(scale)
+    if block:
+        off = len(s) - len(block)
+        if off < 0 or len(s) < len(weight):
+            return None
+        for i, b in enumerate(block):
+            s[off + i] *= b
+        s[:len(weight)] = [min(a, w) for a, w in zip(s, weight)]
+    s += [1] * (len(weight) - len(s))
+    if len(s) != len(weight) or any(a not in (1, w) for a, w in zip(s, weight)):
+        return None
+    return tuple(s)
+
+
+def dequantize(weight: SourceTensor, d: Dequant) -> np.ndarray:
+    """The weight as mainline's ``dequant_simple`` makes it: ``weight.float() * scale`` in float32,
+    the scale ``repeat_interleave``d per block and cut to the weight's shape. One tensor in memory."""
+    import numpy as np
+
+    w = to_f32(weight, read_raw(weight))
+    s = to_f32(d.scale, read_raw(d.scale))
+    if d.block:
+        off = s.ndim - len(d.block)
+        for i, b in enumerate(d.block):
+            s = np.repeat(s, b, axis=off + i)
+        s = s[tuple(slice(0, n) for n in w.shape)]
+    s = s.reshape(s.shape + (1,) * (w.ndim - s.ndim))
+    return np.multiply(w, s, dtype=np.float32)
+
+
+def auto_outtype(inventory: Sequence[SourceTensor]) -> str:
+    """What mainline's ``--outtype auto`` picks for a pre-quantized checkpoint: the type of the
+    first stored tensor of 2+ dims that is BF16 or F16, in its reading order (shards by name,
+    tensors by name), before dequantization (so FP8 weights and F32 scales are skipped); F16
+    when there is none."""
+    for t in sorted(inventory, key=lambda t: (t.file.name, t.name)):
+        if len(t.shape) >= 2 and t.dtype in ("BF16", "F16"):
+            return t.dtype.lower()
+    return "f16"
+
+
+def fp8_as_q8_type(gguf_name: str, shape: Sequence[int]) -> Q | None:
+    """``--fp8-as-q8``: an FP8 weight of 2+ dims becomes Q8_0 (F16 where its rows are not whole
+    32-value blocks, mainline's fallback); norms and 1-D ones stay F32 (None: the usual rule)."""
+    if len(shape) < 2 or gguf_name.endswith("_norm.weight"):
+        return None
+    return Q.Q8_0 if shape[-1] % 32 == 0 else Q.F16
