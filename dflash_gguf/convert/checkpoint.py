@@ -114,6 +114,8 @@ def write_conversion(conv: Conversion, out: str | Path, *, force: bool = False,
                      progress: Callable[[int], None] | None = None) -> ConvertResult:
     """Write a planned conversion (atomic, deterministic, streaming: one tensor in memory at a time)."""
     by_name = {t.name: t for t in conv.inventory}
+    # pack-quantized weights are not stored as such: their stand-ins (convert/prequant_packed.py)
+    by_name |= {n: d.stand_in for n, d in conv.plan.dequant.items() if n not in by_name}
     plan = conv.plan
     tensors = [TensorOut(p.dst, p.shape, p.ggml_type, p.nbytes, _producer(p, by_name, conv)) for p in plan.tensors]
     report = write_gguf(out, plan.arch, plan.kvs, tensors, force=force, inputs=conv.inputs, progress=progress)

@@ -154,8 +154,9 @@ def route_tensors(cfg: DrafterConfig, fmt: Format, inventory: Sequence[SourceTen
     by_name = {t.name.removeprefix("model."): t for t in inventory}
     where = str(inventory[0].file.parent) if inventory else str(cfg.path.parent)
     prequant = split(cfg.quantization, by_name, where)
+    added = prequant.added if prequant is not None else {}
     if prequant is not None:  # scales are folded into their weights: not tensors of their own
-        by_name = {n: t for n, t in by_name.items() if n not in prequant.consumed}
+        by_name = {n: t for n, t in by_name.items() if n not in prequant.consumed} | added
     extra = {n: t for n, t in extra_sources.items() if n not in by_name} if extra_sources else {}
     by_name.update(extra)
     fam = plan_extension(cfg, expected_shapes(cfg, target_hidden), by_name, where)
@@ -184,10 +185,13 @@ def route_tensors(cfg: DrafterConfig, fmt: Format, inventory: Sequence[SourceTen
             unknown.append(t.name)
     missing = [n for n in expected if n not in fam.by_name]
     # Tensor order: as llama.cpp's converter iterates them, names sorted within each shard and
-    # shards by file name (``ModelBase.index_tensors``); one file: names sorted.
+    # shards by file name (``ModelBase.index_tensors``); one file: names sorted. Weights a
+    # pre-quantized checkpoint does not store (pack-quantized) come after all of them, in that order.
     order = None
     if len({t.file for t in inventory}) > 1:
-        order = lambda n: (fam.by_name[n].file.name if n not in extra else "", n)  # noqa: E731
+        order = lambda n: (n in added, fam.by_name[n].file.name if n not in extra else "", n)  # noqa: E731
+    elif added:
+        order = lambda n: (n in added, n)  # noqa: E731
     written = sorted([*(n for n in expected if n in fam.by_name), *optional], key=order)
     return Routes(expected, fam.by_name, written, optional, dropped, unknown, missing, frozenset(extra), fam, prequant)
 

@@ -10,7 +10,7 @@ The plan (``convert/plan.py``) asks ``split`` once; the writer and compare-weigh
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 
 from ..config.quantization import QuantizationConfig
@@ -36,6 +36,8 @@ class Prequantized:
     label: str  # e.g. "fp8, 128×128 blocks": the plan's reason for each dequantized weight
     weights: dict[str, Dequant]  # weight name (without ``model.``) → how it is dequantized
     consumed: frozenset[str]  # scale tensors folded into their weights, and unused activation scales
+    # weights not stored as such (pack-quantized): stand-ins the plan routes, after every stored tensor
+    added: dict[str, SourceTensor] = field(default_factory=dict)
 
 
 def _blocks(block: tuple[int, ...] | None) -> str:
@@ -75,7 +77,14 @@ def _fp8(q: QuantizationConfig, by_name: Mapping[str, SourceTensor], where: str)
 
 
 def _compressed_tensors(q: QuantizationConfig, by_name: Mapping[str, SourceTensor], where: str):
-    """compressed-tensors ``float-quantized`` (FP8 per channel or per block): ``W_scale``."""
+    """compressed-tensors ``float-quantized`` (FP8 per channel or per block): ``W_scale``;
+    ``pack-quantized`` (int group-quantized, ``convert/prequant_packed.py``)."""
+    if q.format == "pack-quantized":
+        from .prequant_packed import split_packed, usable
+
+        if not usable(q):
+            raise WeightsError(refusal(q))
+        return split_packed(q, by_name, where)
     if q.format != "float-quantized" or q.n_groups != 1 or q.strategy not in ("channel", "block") \
             or q.group_size is not None or not q.fp8_weights:
         raise WeightsError(refusal(q))
@@ -90,7 +99,6 @@ def _compressed_tensors(q: QuantizationConfig, by_name: Mapping[str, SourceTenso
 METHODS: dict[str, Callable] = {"fp8": _fp8, "compressed-tensors": _compressed_tensors}
 
 _CT_FORMATS = {
-    "pack-quantized": "dequantizes its packed int4/int8 group-quantized weights to the outtype",
     "nvfp4-pack-quantized": "writes its NVFP4 weights as NVFP4 ggml blocks (a lossless repack)",
     "mixed-precision": "writes its NVFP4 weights as NVFP4 ggml blocks (a lossless repack)",
     "int-quantized": "dequantizes its int8 weights to the outtype",
@@ -116,6 +124,10 @@ def refusal(q: QuantizationConfig) -> str:
         elif fmt == "float-quantized" and q.n_groups == 1:
             mainline = (f"refuses it too (it reads channel or block scales only; this one: strategy {q.strategy!r}, "
                         f"group_size {q.group_size})")
+        elif fmt == "pack-quantized" and q.n_groups == 1:
+            mainline = (f"refuses it too (it reads int weights of group strategy and num_bits 1, 2, 4 or 8 only; this "
+                        f"one: type {q.weight_type!r}, strategy {q.strategy!r}, num_bits {q.num_bits}, group_size "
+                        f"{q.group_size})")
         elif q.n_groups > 1 and fmt not in ("nvfp4-pack-quantized", "mixed-precision"):
             mainline = f"refuses it too (it reads one config group; this one has {q.n_groups})"
         else:
@@ -141,8 +153,8 @@ def split(q: QuantizationConfig | None, by_name: Mapping[str, SourceTensor], whe
     method = METHODS.get(q.method)
     if method is None:
         raise WeightsError(refusal(q))
-    label, weights, consumed = method(q, by_name, where)
-    return Prequantized(label, weights, frozenset(consumed))
+    label, weights, consumed, *added = method(q, by_name, where)
+    return Prequantized(label, weights, frozenset(consumed), *added)
 
 
 def scale_shape(scale: Sequence[int], block: Sequence[int] | None, weight: Sequence[int]) -> tuple[int, ...] | None:
@@ -165,8 +177,14 @@ def scale_shape(scale: Sequence[int], block: Sequence[int] | None, weight: Seque
 
 def dequantize(weight: SourceTensor, d: Dequant) -> np.ndarray:
     """The weight as mainline's ``dequant_simple`` makes it: ``weight.float() * scale`` in float32,
-    the scale ``repeat_interleave``d per block and cut to the weight's shape. One tensor in memory."""
+    the scale ``repeat_interleave``d per block and cut to the weight's shape. One tensor in memory.
+    A pack-quantized one (``prequant_packed.Packed``) as its ``dequant_packed`` does."""
     import numpy as np
+
+    if not isinstance(d, Dequant):
+        from .prequant_packed import dequantize_packed
+
+        return dequantize_packed(d)
 
     w = to_f32(weight, read_raw(weight))
     s = to_f32(d.scale, read_raw(d.scale))

@@ -1,6 +1,7 @@
 """Pre-quantized test checkpoints built from the qwen3-flat fixture drafter: DeepSeek-style
 block-scaled FP8 and compressed-tensors FP8 as their producers store them, written with
-safetensors (torch for the FP8 dtype)."""
+safetensors (torch for the FP8 dtype); ``ct_package``: compressed by the compressed-tensors
+package itself (FP8 and pack-quantized), imported only there."""
 from __future__ import annotations
 
 import json
@@ -115,3 +116,71 @@ def sharded_fp8(dst: Path) -> Path:
     state["layers.1.mlp.up_proj.weight"] = state["layers.1.mlp.up_proj.weight"].to(torch.float16)
     safetensors_torch.save_file(state, str(src / "model.safetensors"))
     return shard(src, dst, ("fc.", "hidden_norm", "norm", "layers.0."))
+
+
+def _module_tree(state: dict) -> "torch.nn.Module":
+    """A torch module tree holding ``state`` under its own names: each 2-D ``*.weight`` in a
+    bias-free ``nn.Linear`` (what a compressed-tensors scheme targets), the rest plain parameters."""
+    root = torch.nn.Module()
+    for n, t in state.items():
+        *path, leaf = n.split(".")
+        m = root
+        for i, p in enumerate(path):
+            if not hasattr(m, p):
+                linear = i == len(path) - 1 and leaf == "weight" and t.ndim == 2
+                m.add_module(p, torch.nn.Linear(t.shape[1], t.shape[0], bias=False, dtype=t.dtype) if linear
+                             else torch.nn.Module())
+            m = getattr(m, p)
+        if isinstance(m, torch.nn.Linear):
+            m.weight.data.copy_(t)
+        else:
+            m.register_parameter(leaf, torch.nn.Parameter(t.clone(), requires_grad=False))
+    return root
+
+
+def _observe(m: "torch.nn.Linear") -> None:
+    """The weight's scale (and zero point) as a min-max observer computes them, through the
+    package's own ``calculate_qparams`` (the package ships no observers: llm-compressor's job)."""
+    from compressed_tensors.quantization.utils import calculate_qparams, maybe_pad_tensor_for_block_quant
+
+    a = m.quantization_scheme.weights
+    w = m.weight.data.float()
+    if a.strategy == "channel":
+        lo, hi = w.amin(1, keepdim=True), w.amax(1, keepdim=True)
+    elif a.strategy == "block":
+        b0, b1 = a.block_structure
+        p = maybe_pad_tensor_for_block_quant(w, tuple(a.block_structure))
+        r = p.reshape(p.shape[0] // b0, b0, p.shape[1] // b1, b1)
+        lo, hi = r.amin((1, 3)), r.amax((1, 3))
+    elif a.strategy == "group":
+        r = w.reshape(w.shape[0], -1, a.group_size)
+        lo, hi = r.amin(-1), r.amax(-1)
+    else:
+        raise ValueError(f"no observer here for strategy {a.strategy}")
+    scale, zero_point = calculate_qparams(lo, hi, a)
+    m.weight_scale.data.copy_(scale)
+    if hasattr(m, "weight_zero_point"):
+        m.weight_zero_point.data.copy_(zero_point)
+
+
+def ct_package(dst: Path, preset: str, **weights) -> Path:
+    """qwen3-flat compressed by the real ``compressed-tensors`` package: its preset scheme
+    (``FP8_DYNAMIC``: FP8 channel, ``FP8_BLOCK``: FP8 block, ``W4A16``: int4 group, packed) on every
+    Linear, ``weights`` overriding the scheme's weight args (``block_structure``, ``group_size``),
+    scales observed min-max, ``ModelCompressor.compress_model``, the compressed state dict saved
+    with safetensors and config.json's ``quantization_config`` written by ``update_config``."""
+    from compressed_tensors.compressors import ModelCompressor
+    from compressed_tensors.quantization import QuantizationConfig, apply_quantization_config, preset_name_to_scheme
+
+    model = _module_tree(safetensors_torch.load_file(str(SOURCE / "model.safetensors")))
+    scheme = preset_name_to_scheme(preset, ["Linear"])
+    scheme.weights = scheme.weights.model_copy(update=weights)
+    apply_quantization_config(model, QuantizationConfig(config_groups={"group_0": scheme}), show_progress=False)
+    for m in model.modules():
+        if isinstance(m, torch.nn.Linear):
+            _observe(m)
+    compressor = ModelCompressor.from_pretrained_model(model)
+    compressor.compress_model(model)
+    write_checkpoint(dst, dict(model.state_dict()), None)
+    compressor.update_config(str(dst))
+    return dst

@@ -1,8 +1,10 @@
-"""Pre-quantized checkpoints (convert/prequant.py): FP8 block-scaled and compressed-tensors FP8
+"""Pre-quantized checkpoints (convert/prequant.py, prequant_packed.py): FP8 block-scaled,
+compressed-tensors FP8 and pack-quantized (some written by the compressed-tensors package itself)
 read exactly as llama.cpp's converter reads them (byte for byte against the vendored one), and
 every method we do not read refused in one line."""
 from __future__ import annotations
 
+import importlib.util
 import json
 from pathlib import Path
 
@@ -19,7 +21,7 @@ torch = pytest.importorskip("torch")
 safetensors_torch = pytest.importorskip("safetensors.torch")
 
 from tests.convert.prequant_ckpt import (  # noqa: E402
-    SOURCE, ct_config, ct_fp8, fp8_block, shard, sharded_fp8, write_checkpoint,
+    SOURCE, ct_config, ct_fp8, ct_package, fp8_block, shard, sharded_fp8, write_checkpoint,
 )
 
 # --- dequantization, unit by unit ------------------------------------------------------------
@@ -97,7 +99,10 @@ REFUSALS = [
     ({"quant_method": "modelopt", "quant_algo": "NVFP4"}, "'modelopt' (NVFP4)", "NVFP4 ggml blocks"),
     ({"quant_method": "awq", "bits": 4}, "'awq'", "refuses it too"),
     ({**ct_config("group"), "format": "pack-quantized"}, "'compressed-tensors' format 'pack-quantized'",
-     "packed int4/int8"),
+     "refuses it too (it reads int weights of group strategy"),
+    ({**ct_config("group"), "format": "pack-quantized", "config_groups": {"g": {"weights": {
+        "num_bits": 3, "type": "int", "strategy": "group", "group_size": 32}}}},
+     "'compressed-tensors' format 'pack-quantized'", "num_bits 3, group_size 32"),
     ({**ct_config("tensor_group"), "format": "nvfp4-pack-quantized"},
      "'compressed-tensors' format 'nvfp4-pack-quantized'", "NVFP4 ggml blocks"),
     (ct_config("tensor"), "'compressed-tensors' format 'float-quantized'", "refuses it too (it reads channel or block"),
@@ -134,11 +139,143 @@ def test_fp8_as_q8_with_a_llama_quantize_type_is_a_usage_error(tmp_path, cli):
     assert code == 2 and "--fp8-as-q8" in se
 
 
-def test_compressed_tensors_package_writes_what_we_read(tmp_path, cli):
-    """A checkpoint compressed by the real ``compressed-tensors`` package converts, and its
-    weights come back as the package decompresses them."""
+HAS_CT = importlib.util.find_spec("compressed_tensors") is not None
+# (preset, weight-arg overrides, mainline's dequant block): 48 divides none of 32, 64, 256
+CT_PACKAGE = {"channel": ("FP8_DYNAMIC", {}, None), "block": ("FP8_BLOCK", {"block_structure": [48, 48]}, (48, 48))}
+
+
+@pytest.mark.parametrize("strategy", list(CT_PACKAGE))
+def test_compressed_tensors_package_writes_what_we_read(tmp_path, cli, strategy):
+    """A checkpoint compressed by the real ``compressed-tensors`` package: its tensor names, dtypes
+    and quantization_config are the layout prequant.py reads, every Linear's FP8 weight is paired
+    with its scale, and it dequantizes as mainline's ``dequant_simple`` does, bit for bit."""
     pytest.importorskip("compressed_tensors", reason="needs the 'compressed-tensors' package to write the checkpoint")
-    pytest.skip("compressed-tensors is installed but this case is not written yet")
+    from dflash_gguf.convert.prequant import split
+
+    preset, over, block = CT_PACKAGE[strategy]
+    d = ct_package(tmp_path / "c", preset, **over)
+    inv = {t.name: t for t in read_inventory(d)}
+    src = safetensors_torch.load_file(str(SOURCE / "model.safetensors"))
+    linears = [n for n, t in src.items() if t.ndim == 2]
+    # exactly what the package wrote: the FP8 weight, a BF16 scale beside it (the weight's dtype),
+    # no zero point (symmetric) and no activation scale (dynamic); the rest untouched
+    assert sorted(inv) == sorted([*src, *(n + "_scale" for n in linears)])
+    assert {inv[n].dtype for n in linears} == {"F8_E4M3"} and {inv[n + "_scale"].dtype for n in linears} == {"BF16"}
+    assert inv["layers.0.mlp.down_proj.weight_scale"].shape == ((64, 1) if strategy == "channel" else (2, 6))
+    q = load_config(d).quantization
+    assert (q.method, q.format, q.strategy, q.block_size, q.fp8_weights) == (
+        "compressed-tensors", "float-quantized", strategy, block, True)
+    pre = split(q, inv, "x")
+    assert sorted(pre.weights) == sorted(linears) and pre.consumed == {n + "_scale" for n in linears}
+    state = safetensors_torch.load_file(str(d / "model.safetensors"))
+    for n in linears:
+        s = state[n + "_scale"].float()
+        if block:
+            s = s.repeat_interleave(block[0], 0).repeat_interleave(block[1], 1)[:state[n].shape[0], :state[n].shape[1]]
+        want = (state[n].float() * s).numpy()  # mainline's dequant_simple
+        got = dequantize(inv[n], pre.weights[n])
+        assert got.view(np.uint32).tobytes() == want.view(np.uint32).tobytes(), n
+    code, so, se = cli("convert", d, "--format", "lucebox", "--dry-run", "--json")
+    assert code == 0, se
+    assert json.loads(so)["dropped"] == []
+
+
+# preset, weight-arg overrides (group_size 32 or 64 divides 64 and 256)
+CT_PACKED = {"w4": ("W4A16", {"group_size": 32}), "w4-asym": ("W4A16_ASYM", {"group_size": 32}),
+             "w8": ("W8A16", {"group_size": 64})}
+
+
+def mainline_dequant_packed(w, scale, shape_tensor, zero_point, num_bits: int, group_size: int):
+    """``dequant_packed`` of llama.cpp's ``conversion/base.py``, verbatim but for ``self.lazy``."""
+    shape = tuple(shape_tensor.tolist())
+    mask = (1 << num_bits) - 1
+    shifts = torch.arange(0, 32 - (num_bits - 1), num_bits, dtype=torch.int32)
+    if zero_point is None:
+        offset = 1 << (num_bits - 1)
+    else:
+        offset = (zero_point.unsqueeze(1) >> shifts.reshape(1, -1, 1)) & mask
+        offset = offset.reshape(-1, zero_point.shape[1])
+        offset = offset[:shape[0], :].unsqueeze(-1)
+    unpacked = (w.unsqueeze(-1) >> shifts.reshape(1, 1, -1)) & mask
+    unpacked = unpacked.reshape(shape[0], -1)
+    unpacked = unpacked[:, :shape[1]]
+    unpacked = unpacked.reshape(shape[0], (unpacked.shape[-1] + group_size - 1) // group_size, group_size)
+    unpacked = unpacked - offset
+    return (unpacked * scale.unsqueeze(-1).float()).reshape(shape)
+
+
+@pytest.mark.parametrize("kind", list(CT_PACKED))
+def test_pack_quantized_from_the_package_dequantizes_as_mainline(tmp_path, cli, kind):
+    """``pack-quantized`` written by the real compressed-tensors package (int weights packed in
+    I32, BF16 group scales, I64 shape, packed I32 zero points when asymmetric): every Linear
+    becomes a stand-in ``*.weight`` routed last, dequantized as mainline's ``dequant_packed``,
+    bit for bit."""
+    pytest.importorskip("compressed_tensors", reason="needs the 'compressed-tensors' package to write the checkpoint")
+    from dflash_gguf.convert.prequant import split
+
+    preset, over = CT_PACKED[kind]
+    d = ct_package(tmp_path / "c", preset, **over)
+    inv = {t.name: t for t in read_inventory(d)}
+    src = safetensors_torch.load_file(str(SOURCE / "model.safetensors"))
+    linears = [n for n, t in src.items() if t.ndim == 2]
+    zp = ("_zero_point",) if kind == "w4-asym" else ()
+    parts = [n + k for n in linears for k in ("_packed", "_scale", "_shape", *zp)]
+    assert sorted(inv) == sorted([*(n for n in src if n not in linears), *parts])
+    assert {inv[n + "_packed"].dtype for n in linears} == {"I32"} and {inv[n + "_shape"].dtype for n in linears} \
+        == {"I64"} and {inv[n + "_scale"].dtype for n in linears} == {"BF16"}
+    q = load_config(d).quantization
+    bits, gs = (8, 64) if kind == "w8" else (4, 32)
+    assert (q.format, q.strategy, q.num_bits, q.group_size, q.weight_type) == ("pack-quantized", "group", bits, gs, "int")
+    pre = split(q, inv, "x")
+    assert sorted(pre.weights) == sorted(pre.added) == sorted(linears) and pre.consumed == set(parts)
+    state = safetensors_torch.load_file(str(d / "model.safetensors"))
+    for n in linears:
+        assert pre.added[n].shape == tuple(src[n].shape)
+        want = mainline_dequant_packed(state[n + "_packed"], state[n + "_scale"], state[n + "_shape"],
+                                       state.get(n + "_zero_point"), bits, gs).numpy()
+        got = dequantize(pre.added[n], pre.weights[n])
+        assert got.dtype == np.float32 and got.view(np.uint32).tobytes() == want.view(np.uint32).tobytes(), n
+        # and it is the weight: within a step of the int grid of the original (the symmetric grid's
+        # top value is clamped, so not half a step)
+        step = state[n + "_scale"].float().repeat_interleave(gs, 1).numpy()
+        assert np.all(np.abs(got - src[n].float().numpy()) <= step + 1e-6), n
+    code, so, se = cli("convert", d, "--format", "lucebox", "--dry-run", "--json")
+    assert code == 0, se
+    plan = json.loads(so)
+    assert plan["dropped"] == [] and [t["source"] for t in plan["tensors"]][-len(linears):] == sorted(linears)
+    t = next(t for t in plan["tensors"] if t["source"] == "fc.weight")
+    assert t["source_dtype"] == "I32" and f"dequantized (compressed-tensors int{bits}, groups of {gs})" in t["reason"]
+
+
+def test_pack_quantized_conversion_compares_back_bit_identical(tmp_path):
+    """compare-weights reads the packed checkpoint as convert does (the stand-in weights)."""
+    pytest.importorskip("compressed_tensors", reason="needs the 'compressed-tensors' package to write the checkpoint")
+    from dflash_gguf.compare import compare_weights
+    from dflash_gguf.convert import convert
+
+    p, over = CT_PACKED["w4-asym"]
+    d = ct_package(tmp_path / "c", p, **over)
+    convert(d, tmp_path / "d.gguf", format="lucebox", outtype="q8_0")
+    r = compare_weights(d, tmp_path / "d.gguf")
+    assert r.passed and r.counts["bit-identical"] == len(r.tensors) == 25
+    assert any("pre-quantized checkpoint (compressed-tensors int4, groups of 32): its 15" in n for n in r.notes)
+
+
+def test_pack_quantized_parts_missing_or_misshapen_are_refused(tmp_path, cli):
+    pytest.importorskip("compressed_tensors", reason="needs the 'compressed-tensors' package to write the checkpoint")
+    p, over = CT_PACKED["w4"]
+    d = ct_package(tmp_path / "c", p, **over)
+    state = safetensors_torch.load_file(str(d / "model.safetensors"))
+    del state["layers.0.mlp.up_proj.weight_scale"]
+    state["fc.weight_shape"] = torch.tensor([64, 250])
+    safetensors_torch.save_file(state, str(d / "model.safetensors"))
+    code, _, se = cli("convert", d, "--format", "lucebox", "-o", tmp_path / "x.gguf")
+    assert code == WeightsError.exit_code and "Traceback" not in se and not (tmp_path / "x.gguf").exists()
+    assert "fc.weight_shape is [64, 250], not whole groups of 32" in se, se
+    del state["fc.weight_shape"]
+    safetensors_torch.save_file(state, str(d / "model.safetensors"))
+    code, _, se = cli("convert", d, "--format", "lucebox", "-o", tmp_path / "x.gguf")
+    assert code == WeightsError.exit_code and "has no fc.weight_shape" in se, se
 
 
 # --- byte for byte against llama.cpp's converter ---------------------------------------------
@@ -166,6 +303,22 @@ def _cases(tmp: Path) -> list[tuple[str, Path, tuple[str, ...]]]:
         ("narrow-q8", e, ("--outtype", "bf16", "--fp8-as-q8")),
         ("sharded-auto", f, ("--outtype", "auto")),
         ("plain-sharded", g, ("--outtype", "auto")),  # not pre-quantized: the shard order alone
+    ] + (_package_cases(tmp) if HAS_CT else [])
+
+
+def _package_cases(tmp: Path) -> list[tuple[str, Path, tuple[str, ...]]]:
+    """Checkpoints written by the real compressed-tensors package (``ct_package``)."""
+    (cp, cw, _), (bp, bw, _) = CT_PACKAGE["channel"], CT_PACKAGE["block"]
+    ch, bl = ct_package(tmp / "ctpkg-channel", cp, **cw), ct_package(tmp / "ctpkg-block", bp, **bw)
+    return [
+        ("ctpkg-channel-auto", ch, ("--outtype", "auto")),
+        ("ctpkg-channel-q8", ch, ("--outtype", "f16", "--fp8-as-q8")),
+        ("ctpkg-block-auto", bl, ("--outtype", "auto")),
+        ("ctpkg-block-f32", bl, ("--outtype", "f32")),
+    ] + [(f"ctpkg-{k}-{ot}", ct_package(tmp / f"ctpkg-{k}", p, **over), ("--outtype", ot))
+         for k, ot in (("w4", "auto"), ("w4-asym", "f16"), ("w8", "f32")) for p, over in [CT_PACKED[k]]] + [
+        ("ctpkg-w4-sharded", shard(tmp / "ctpkg-w4", tmp / "ctpkg-w4-sharded", ("fc.", "hidden_norm", "layers.0.")),
+         ("--outtype", "auto")),
     ]
 
 
@@ -202,6 +355,16 @@ EXPECTED = {
     "narrow-q8": (32, {"Q8_0": 13, "F16": 2, "F32": 10}),  # ffn_down rows of 240: F16, mainline's fallback
     "sharded-auto": (1, {"F16": 15, "F32": 10}),  # shard 1's F16 matrix comes before shard 2's BF16 fc
     "plain-sharded": (32, {"BF16": 15, "F32": 10}),
+    # written by the compressed-tensors package: BF16 scales, so auto is BF16
+    "ctpkg-channel-auto": (32, {"BF16": 15, "F32": 10}),
+    "ctpkg-channel-q8": (1, {"Q8_0": 15, "F32": 10}),
+    "ctpkg-block-auto": (32, {"BF16": 15, "F32": 10}),
+    "ctpkg-block-f32": (0, {"F32": 25}),
+    # pack-quantized: the dequantized weights come after every stored tensor (mainline's new_tensors)
+    "ctpkg-w4-auto": (32, {"BF16": 15, "F32": 10}),
+    "ctpkg-w4-asym-f16": (1, {"F16": 15, "F32": 10}),
+    "ctpkg-w8-f32": (0, {"F32": 25}),
+    "ctpkg-w4-sharded": (32, {"BF16": 15, "F32": 10}),
 }
 CASE_IDS = list(EXPECTED)
 
@@ -214,6 +377,8 @@ def test_matches_llama_cpp_converter_byte_for_byte(mainline, cli, tmp_path, case
     from tests.convert.llamacpp_reference import assert_same_summary, gguf_summary
 
     refs, target = mainline
+    if case not in refs:
+        pytest.skip("needs the 'compressed-tensors' package to write the checkpoint")
     d, args, ref, code, log = refs[case]
     assert code == 0, log
     ours = tmp_path / "ours.gguf"
