@@ -171,7 +171,8 @@ def _pair_checkpoint(report: CompareReport, cfg: DrafterConfig, routes: Routes, 
             used.add(g)
     if routes.prequant is not None:
         notes.append(f"pre-quantized checkpoint ({routes.prequant.label}): its {len(routes.prequant.weights)} "
-                     "quantized weights are compared as convert dequantizes them (float32 weight × scale)")
+                     "quantized weights are compared as convert dequantizes them (to float32, as llama.cpp's "
+                     "converter does)")
     if neox:
         notes.append("rope_is_neox_style false: checkpoint Q/K rows compared after the converter's NeoX permutation")
     from_target = (TOKEN_EMBD, OUTPUT) if (cfg.path.parent / MASK_FILE).is_file() else ()
