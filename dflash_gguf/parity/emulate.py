@@ -65,7 +65,7 @@ def load_emulated(cfg, options: ParityOptions) -> Emulation:
     why = ("historical llama.cpp cross_ctx default" if cap == LLAMA_CPP_DRAFT_CONTEXT
            else f"set explicitly; the historical llama.cpp cross_ctx default is {LLAMA_CPP_DRAFT_CONTEXT}")
     changes.append(f"draft context capped at the last {cap} positions ({why})")
-    state = ref.load.read_safetensors(cfg.path.parent)
+    state = ref.load.read_safetensors(cfg.path.parent, cfg)
     drafter = ref.load.drafter_from_state(ecfg, state, dtype=options.dtype, device=options.device)
     return Emulation(f"reference drafter with {options.emulate} semantics", changes, cap,
                      ref.load.attach_mask_embedding(drafter))

@@ -51,19 +51,36 @@ def to_torch(a: np.ndarray) -> torch.Tensor:
     return torch.from_numpy(np.ascontiguousarray(a)).clone()
 
 
-def read_safetensors(model_dir: str | Path) -> dict[str, torch.Tensor]:
+def read_safetensors(model_dir: str | Path, cfg: DrafterConfig | None = None) -> dict[str, torch.Tensor]:
     """Every tensor of a HF model dir (``model.safetensors`` or sharded), read through the validated
     safetensors reader (``fileio.safetensors``: the same checks as convert); float tensors as exact
-    float32 (bf16 → f32 is a shift), others in their stored dtype.
+    float32 (bf16 → f32 is a shift), others in their stored dtype. A pre-quantized drafter
+    (``cfg.quantization``) gives each quantized weight as convert dequantizes it
+    (``convert.prequant``, mainline's float32 arithmetic), its scales folded in.
 
     Raises:
         InputError: no safetensors file, or one cannot be read.
-        WeightsError: a corrupt or truncated header, a malformed index, a missing shard.
+        WeightsError: a corrupt or truncated header, a malformed index, a missing shard; a
+            pre-quantized checkpoint convert does not read.
     """
+    inventory = read_inventory(model_dir)
+    pre = None
+    if cfg is not None and cfg.quantization is not None:
+        from ..convert.prequant import dequantize, split
+
+        pre = split(cfg.quantization, {t.name.removeprefix("model."): t for t in inventory}, str(model_dir))
     tensors: dict[str, torch.Tensor] = {}
-    for t in read_inventory(model_dir):
-        data = to_f32(t) if t.dtype in FLOAT_DTYPES else read_raw(t)
+    for t in inventory:
+        short = t.name.removeprefix("model.")
+        if pre is not None and short in pre.consumed:
+            continue
+        if pre is not None and short in pre.weights:
+            data = dequantize(t, pre.weights[short])
+        else:
+            data = to_f32(t) if t.dtype in FLOAT_DTYPES else read_raw(t)
         tensors[t.name] = to_torch(data.reshape(t.shape))
+    for name, stand_in in (pre.added.items() if pre is not None else ()):  # pack-quantized weights
+        tensors[name] = to_torch(dequantize(stand_in, pre.weights[name]).reshape(stand_in.shape))
     return tensors
 
 
@@ -235,7 +252,7 @@ def load_drafter(drafter_dir: str | Path, *, dtype: str | torch.dtype = "float32
         UsageError: an unknown dtype, or CUDA asked for without one.
     """
     cfg = load_config(drafter_dir)
-    return attach_mask_embedding(drafter_from_state(cfg, read_safetensors(cfg.path.parent), dtype=dtype,
+    return attach_mask_embedding(drafter_from_state(cfg, read_safetensors(cfg.path.parent, cfg), dtype=dtype,
                                                     device=device))
 
 

@@ -76,3 +76,28 @@ def test_mask_embedding_file_is_checked(tmp_path, obj, match):
         return
     with pytest.raises(WeightsError, match=match):
         load_drafter(d)
+
+
+@pytest.mark.parametrize("kind", ["fp8", "w4a16"])
+def test_a_pre_quantized_drafter_loads_as_convert_dequantizes_it(cli, tmp_path, kind):
+    """The reference (parity's drafter) reads a pre-quantized checkpoint as convert does: its
+    weights equal, bit for bit, those of the F32 GGUF convert writes from it."""
+    from dflash_gguf.reference import drafter_from_gguf
+    from tests.convert.prequant_ckpt import ct_package, fp8_block
+
+    if kind == "fp8":
+        d = fp8_block(tmp_path / "fp8")
+    else:
+        pytest.importorskip("compressed_tensors", reason="compressed-tensors is not installed (the test extra)")
+        d = ct_package(tmp_path / "w4", "W4A16", group_size=32)
+    out = tmp_path / "f32.gguf"
+    code, _, err = cli("convert", d, "--format", "lucebox", "--outtype", "f32", "-o", out)
+    assert code == 0, err
+    ours, ref = load_drafter(d, device="cpu").state_dict(), drafter_from_gguf(out, d / "config.json",
+                                                                             device="cpu").state_dict()
+    assert ours.keys() == ref.keys()
+    for k in ref:
+        assert torch.equal(ours[k], ref[k]), k
+    # the dequantized weights really differ from a plain read of the stored bytes
+    assert any("proj" in k for k in ours) and not torch.equal(ours["layers.0.mlp.up_proj.weight"],
+                                                              torch.zeros_like(ours["layers.0.mlp.up_proj.weight"]))
