@@ -74,6 +74,13 @@ class Snapshot:
         return f"{self.repo_url}/tree/{self.commit}"
 
 
+def commit_in_url(url: str) -> str | None:
+    """What follows ``/tree/`` in a ``Snapshot.url`` (the commit, as convert records it in
+    ``general.source.url``), or None for a URL without it."""
+    _, sep, commit = url.rpartition("/tree/")
+    return commit if sep and commit else None
+
+
 _SNAPSHOT_COMMIT = re.compile(r"[0-9a-f]{40}")
 
 

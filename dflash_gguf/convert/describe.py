@@ -9,6 +9,7 @@ from ..errors import GGUFFormatError
 from ..formats import detect_format, file_family, meta_from_gguf
 from ..formats.legacy_dspark import is_legacy_dspark, legacy_taps, migrate_command
 from ..formats.meta import CONVERTER_KEY
+from ..hub import commit_in_url
 from ..fileio.gguf_reader import read_gguf
 
 
@@ -48,7 +49,7 @@ def provenance(kvs: dict[str, Any]) -> dict[str, Any]:
         return kv.value if kv is not None and isinstance(kv.value, str) else None
 
     url = text("general.source.url")
-    commit = url.rsplit("/tree/", 1)[1] if url and "/tree/" in url else None
+    commit = commit_in_url(url) if url else None
     return {"name": text("general.name"), "source_repo_url": text("general.source.repo_url"), "source_url": url,
             "commit": commit, "converter": text(CONVERTER_KEY)}
 

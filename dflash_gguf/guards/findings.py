@@ -10,12 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any
 
 from ..fileio.gguf_header import GGUFHeader
-
-if TYPE_CHECKING:
-    from .source import SourceComparison
 
 
 class Severity(str, Enum):
@@ -44,7 +41,9 @@ class CheckReport:
     n_tensors: int
     total_bytes: int
     bytes_scanned: int
-    source: SourceComparison | None = None  # with --source: the file against the checkpoint's config.json
+    # with --source: a guards.source.SourceComparison, the file against the checkpoint's config.json
+    # (typed loosely: source.py builds its findings from this module, not the other way round)
+    source: Any = None
 
     def count(self, severity: Severity) -> int:
         return sum(f.severity == severity for f in self.findings)
