@@ -17,9 +17,16 @@ def dspark_line(d: dict) -> str:
     vocab = (f"full vocabulary ({full})" if d["draft_vocab_size"] is None
              else f"draft vocabulary {d['draft_vocab_size']} of {full} (d2t)")
     conf = "confidence head" if d["confidence_head"] else "no confidence head"
+    v4 = d.get("deepseek_v4")
     anchor = {True: "samples the anchor slot", False: "slot 0 is a bonus anchor",
-              None: "sample_from_anchor missing (runtime: true)"}[d["sample_from_anchor"]]
-    return ", ".join([rank, vocab, conf, anchor] + (["Gemma4 block"] if d["gemma4_layout"] else []))
+              None: "samples the anchor slot (runtime default)" if v4 else "sample_from_anchor missing (runtime: true)"
+              }[d["sample_from_anchor"]]
+    extra = ["Gemma4 block"] if d["gemma4_layout"] else []
+    if v4:
+        extra.append(f"DeepSeek-V4 stages: {v4['stages']}, {v4['routed_experts']} routed experts "
+                     f"({v4['experts_per_token']} per token), {v4['hyper_connections']} hyper-connection streams, "
+                     f"sliding window {v4['sliding_window']}")
+    return ", ".join([rank, vocab, conf, anchor] + extra)
 
 
 def provenance_line(p: dict) -> str:

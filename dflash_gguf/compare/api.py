@@ -32,7 +32,7 @@ from .constants import compare_constants
 from .integers import int_pair_row, is_integer_table, table_row
 from .engine import default_workers, make_pair, run_pairs
 from .report import EXTRA, MISSING, OUT, CompareReport, TensorComparison
-from .sides import Files, Side, dequant_side, neox_side
+from .sides import Files, Side, array_side, dequant_side, neox_side
 
 _CHECKPOINT_MODE, _GGUF_MODE = "safetensors-gguf", "gguf-gguf"
 _Matched = list[tuple[TensorComparison, Side, Side]]  # a row and its two sides, A first
@@ -157,6 +157,14 @@ def _pair_checkpoint(report: CompareReport, cfg: DrafterConfig, routes: Routes, 
         if transform_of(cfg, n, mask_row=False) == NEOX_PERMUTE:
             side, neox = neox_side(side, cfg.head_dim), True
         matched.append((row, side, files.gguf_side(f, e)))
+        for suffix, values in getattr(deq, "extras", ()):  # an NVFP4 weight's .scale / .input_scale
+            g2, e2 = g.replace(".weight", suffix), by_gguf.get(g.replace(".weight", suffix))
+            if e2 is not None:
+                used.add(g2)
+                row2 = TensorComparison(t.name, g2, e2.ggml_type.name, (values.size,), OUT, source_type="F32",
+                                        gguf_shape=e2.shape, nbytes=e2.nbytes)
+                rows.append(row2)
+                matched.append((row2, array_side(t.name, values), files.gguf_side(f, e2)))
     for name, why in routes.dropped:
         notes.append(f"{name}: not converted by design ({why})")
     for name in routes.unknown:
@@ -170,9 +178,15 @@ def _pair_checkpoint(report: CompareReport, cfg: DrafterConfig, routes: Routes, 
             rows.append(table_row(routes.by_name[src], data, f, e))
             used.add(g)
     if routes.prequant is not None:
-        notes.append(f"pre-quantized checkpoint ({routes.prequant.label}): its {len(routes.prequant.weights)} "
-                     "quantized weights are compared as convert dequantizes them (to float32, as llama.cpp's "
-                     "converter does)")
+        n_fp4 = sum(getattr(d, "nvfp4", False) for d in routes.prequant.weights.values())
+        n_deq = len(routes.prequant.weights) - n_fp4
+        if n_deq:
+            notes.append(f"pre-quantized checkpoint ({routes.prequant.label}): its {n_deq} quantized weights are "
+                         "compared as convert dequantizes them (to float32, as llama.cpp's converter does)")
+        if n_fp4:
+            notes.append(f"pre-quantized checkpoint ({routes.prequant.label}): its {n_fp4} NVFP4 weights are "
+                         "repacked, compared as ggml NVFP4 blocks (and their weight_scale_2 / input_scale as the "
+                         ".scale / .input_scale tensors written beside them)")
     if neox:
         notes.append("rope_is_neox_style false: checkpoint Q/K rows compared after the converter's NeoX permutation")
     from_target = (TOKEN_EMBD, OUTPUT) if (cfg.path.parent / MASK_FILE).is_file() else ()

@@ -110,9 +110,12 @@ class Files:
 def dequant_side(t: SourceTensor, d: Dequant) -> Side:
     """A pre-quantized checkpoint weight as F32: the values convert writes from it
     (``convert.prequant.dequantize``, mainline's ``dequant_simple``). Dequantized whole on its
-    first read, as convert does, and let go after its last row is read."""
+    first read, as convert does, and let go after its last row is read. An NVFP4 weight is not
+    dequantized by convert but repacked: its side is those ggml NVFP4 blocks (``nvfp4_side``)."""
     from ..convert.prequant import dequantize
 
+    if getattr(d, "nvfp4", False):
+        return nvfp4_side(t, d)
     shape = t.shape or (1,)
     rows, cols = math.prod(shape[:-1]), shape[-1]
     lock, held = threading.Lock(), []
@@ -131,6 +134,33 @@ def dequant_side(t: SourceTensor, d: Dequant) -> Side:
         return out[:b.size]
 
     return Side(t.name, shape, Q.F32, rows * cols * 4, read, read)
+
+
+def nvfp4_side(t: SourceTensor, d) -> Side:
+    """An NVFP4 checkpoint weight as the ggml NVFP4 blocks convert writes from it
+    (``convert.prequant_fp4.repack``, lossless): compared block for block with the GGUF's."""
+    from ..convert.prequant_fp4 import repack
+
+    rows, cols = d.shape
+    held: list[np.ndarray] = []
+    lock = threading.Lock()
+
+    def read(r0: int, r1: int) -> np.ndarray:
+        with lock:
+            if not held:
+                held.append(repack(d))
+            x = held[0]
+            if r1 >= rows:
+                held.clear()
+        return np.ascontiguousarray(x[r0:r1]).reshape(-1)
+
+    return Side(t.name, (rows, cols), Q.NVFP4, rows * cols // 64 * 36, read)
+
+
+def array_side(name: str, values: np.ndarray) -> Side:
+    """Float32 values held in memory (an NVFP4 weight's per-tensor scales) as an F32 side."""
+    x = np.ascontiguousarray(values, dtype=np.float32).reshape(1, -1)
+    return Side(name, (x.size,), Q.F32, x.nbytes, lambda r0, r1: x[r0:r1].reshape(-1).view(np.uint8))
 
 
 def neox_side(side: Side, head_dim: int) -> Side:

@@ -9,7 +9,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterable, Iterator
 
-from ..config import MASK_FILE, DrafterConfig, load_config
+from ..config import MASK_FILE, DrafterConfig, parse_config
+from ..config.deepseek_v4 import DSV4DSparkConfig, is_dsv4_dspark, parse_dsv4_dspark
+from ..config.values import read_config_json
 from ..errors import TargetError, UsageError
 from ..fileio.gguf_constants import GGMLQuantizationType as Q
 from ..fileio.gguf_header import is_gguf_file
@@ -34,7 +36,7 @@ SMALL_BYTES = 1 << 20
 @dataclass(frozen=True)
 class ConvertResult:
     plan: ConversionPlan
-    config: DrafterConfig
+    config: DrafterConfig | DSV4DSparkConfig
     written: WriteReport | None  # None for a dry run
     target_checks: list[str] = field(default_factory=list)
 
@@ -43,7 +45,7 @@ class ConvertResult:
 class Conversion:
     """Everything read and validated before a byte is written."""
 
-    config: DrafterConfig
+    config: DrafterConfig | DSV4DSparkConfig
     inventory: list[SourceTensor]  # the drafter's tensors, and any taken from the target
     plan: ConversionPlan
     target_checks: list[str]
@@ -73,7 +75,12 @@ def plan_conversion(
         raise UsageError(f"{drafter_dir}: a GGUF file, already converted; convert takes the drafter checkpoint "
                          "directory (config.json + safetensors). To change a GGUF's format use "
                          "'dflash-gguf retarget', its type 'dflash-gguf quantize'")
-    cfg = load_config(drafter_dir)
+    raw, cfg_path = read_config_json(drafter_dir, "not found (expected the drafter's config.json next to its "
+                                                  "safetensors)", "; re-download the config")
+    if is_dsv4_dspark(raw):  # a DeepSeek-V4 checkpoint: its mtp.* stages are the draft
+        return _plan_dsv4(drafter_dir, parse_dsv4_dspark(raw, cfg_path), fmt, outtype, target_gguf, target_dir,
+                          MetadataInputs(Path(drafter_dir), None if metadata is None else Path(metadata), model_name))
+    cfg = parse_config(raw, cfg_path)
     inventory = read_inventory(drafter_dir)
     tokenizer, target_hidden, notes, mrope = [], None, [], False
     if target_gguf or target_dir:
@@ -98,6 +105,22 @@ def plan_conversion(
     own = {t.name for t in inventory}
     inventory = [*inventory, *(t for t in extra.values() if t.name not in own)]
     return Conversion(cfg, inventory, plan, notes, mask, input_paths(drafter_dir, target_gguf, target_dir))
+
+
+def _plan_dsv4(drafter_dir: str | Path, cfg: DSV4DSparkConfig, fmt, outtype: str, target_gguf, target_dir,
+               metadata: MetadataInputs) -> Conversion:
+    """plan_conversion for a DeepSeek-V4 checkpoint's DSpark draft (convert/deepseek_v4.py):
+    only the shards holding ``mtp.*`` tensors are read; the tokenizer is the target's (the
+    checkpoint dir itself holds it: ``--target-dir`` may name the same directory)."""
+    from .deepseek_v4 import plan_dsv4
+
+    if not (target_gguf or target_dir):
+        raise TargetError("a DeepSeek-V4 DSpark draft needs its target's tokenizer: pass --target-gguf T.gguf (the "
+                          "DeepSeek-V4 GGUF) or --target-dir DIR (the checkpoint dir, which holds tokenizer.json)")
+    target = load_target(target_gguf, target_dir)
+    inventory = read_inventory(drafter_dir, prefix="mtp.")
+    plan = plan_dsv4(cfg, fmt, inventory, outtype, tokenizer=list(target.kvs), metadata=metadata)
+    return Conversion(cfg, inventory, plan, list(target.notes), None, input_paths(drafter_dir, target_gguf, target_dir))
 
 
 def input_paths(drafter_dir: str | Path, target_gguf: str | Path | None = None,
@@ -149,6 +172,10 @@ def convert(
 
 def _producer(p: TensorPlan, by_name: dict[str, SourceTensor], conv: Conversion) -> Callable[[], object]:
     generated = conv.plan.generated
+    if p.dst in conv.plan.stacked:  # DeepSeek-V4 routed experts: many sources, one MXFP4 tensor
+        from .deepseek_v4 import repack_experts
+
+        return lambda: [repack_experts([by_name[n] for n in conv.plan.stacked[p.dst]])]
     if p.src is None and p.dst in generated:  # DSpark: d2t, Gemma4's rope_freqs (decided by the plan)
         return lambda: generated[p.dst]
     if p.src is None:
@@ -157,6 +184,10 @@ def _producer(p: TensorPlan, by_name: dict[str, SourceTensor], conv: Conversion)
     src = by_name[p.src]
     chunks = None
     deq = conv.plan.dequant.get(p.src)
+    if getattr(deq, "nvfp4", False):  # an NVFP4 weight: its bytes moved into ggml blocks (prequant_fp4.py)
+        from .prequant_fp4 import repack
+
+        return lambda: repack(deq)
     if deq is not None:
         # a pre-quantized weight is its float32 dequantization from here on (prequant.py)
         from .prequant import dequantize

@@ -4,7 +4,6 @@ testable without weights.
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Mapping, Sequence
 
@@ -21,6 +20,7 @@ from .family import PlanExtension
 from .metadata import MetadataInputs, general_kvs
 from .outtypes import OUTTYPES, QUANT_OUTTYPES
 from .prequant import Dequant, Prequantized, auto_outtype, fp8_as_q8_type, split
+from .rope_factors import llama3_rope_factors  # noqa: F401  (convert's import of it)
 
 if TYPE_CHECKING:
     import numpy as np
@@ -57,6 +57,7 @@ class ConversionPlan:
     taps_stored: tuple[int, ...] = ()
     generated: dict[str, "np.ndarray"] = field(default_factory=dict)  # src-less tensors' data (DSpark)
     dequant: dict[str, Dequant] = field(default_factory=dict)  # source name → its scale (convert/prequant.py)
+    stacked: dict[str, tuple[str, ...]] = field(default_factory=dict)  # dst → sources (convert/deepseek_v4.py)
 
     @property
     def total_bytes(self) -> int:
@@ -187,11 +188,13 @@ def route_tensors(cfg: DrafterConfig, fmt: Format, inventory: Sequence[SourceTen
     # Tensor order: as llama.cpp's converter iterates them, names sorted within each shard and
     # shards by file name (``ModelBase.index_tensors``); one file: names sorted. Weights a
     # pre-quantized checkpoint does not store (pack-quantized) come after all of them, in that order.
+    # NVFP4 weights (convert/prequant_fp4.py) come before every other tensor: mainline writes them first.
+    first = {n for n, d in prequant.weights.items() if getattr(d, "nvfp4", False)} if prequant else set()
     order = None
     if len({t.file for t in inventory}) > 1:
-        order = lambda n: (n in added, fam.by_name[n].file.name if n not in extra else "", n)  # noqa: E731
+        order = lambda n: (n not in first, n in added, fam.by_name[n].file.name if n not in extra else "", n)  # noqa: E731
     elif added:
-        order = lambda n: (n in added, n)  # noqa: E731
+        order = lambda n: (n not in first, n in added, n)  # noqa: E731
     written = sorted([*(n for n in expected if n in fam.by_name), *optional], key=order)
     return Routes(expected, fam.by_name, written, optional, dropped, unknown, missing, frozenset(extra), fam, prequant)
 
@@ -247,6 +250,11 @@ def build_plan(
     tensor_plans = _choose_types(fmt, routes, float_type, fp8_as_q8 and not quant)
     tensor_plans = [replace(p, transform=transform_of(cfg, n, mask_row), reason=_reason(p, cfg, n, mask_row, routes))
                     for p, n in zip(tensor_plans, routes.written)]
+    nvfp4, nvfp4_data, prec_a4 = [], {}, []
+    if routes.prequant is not None:  # NVFP4 weights and their scale tensors go first (convert/prequant_fp4.py)
+        from .prequant_fp4 import place_nvfp4
+
+        nvfp4, tensor_plans, nvfp4_data, prec_a4 = place_nvfp4(tensor_plans, routes.written, routes, fmt.name, quant)
     head, tail = routes.family.generated()
     gen = [TensorPlan(None, n, a.shape, dtype, q, a.nbytes, why) for n, a, dtype, q, why in head + tail]
     tensor_plans = gen[:len(head)] + tensor_plans + gen[len(head):]
@@ -255,17 +263,24 @@ def build_plan(
         n = cfg.rope_dim // 2
         tensor_plans.insert(0, TensorPlan(None, ROPE_FREQS, (n,), "F32", Q.F32, 4 * n,
                                           "llama3 rope scaling: per-frequency factors the runtime reads"))
+    tensor_plans = nvfp4 + tensor_plans
+    generated |= nvfp4_data
 
     file_type = None if quant else FILE_TYPES.get(float_type)
     if file_type is None:  # auto: the dominant source float type
         big = max((t for t in inventory if t.dtype in FLOAT_DTYPES), key=lambda t: t.nbytes, default=None)
         file_type = {"F32": 0, "F16": 1, "BF16": 32}[big.dtype] if big else 1  # all FP8: mainline's F16
+    if not quant and cfg.quantization is not None and cfg.quantization.nvfp4:
+        file_type = 39  # mainline's MOSTLY_NVFP4 for any float outtype of an NVFP4 checkpoint
     # mainline sizes the model ("86K", "1.2B") from every tensor it writes, generated ones included
     general = None if metadata is None else general_kvs(metadata, [(t.dst, t.shape) for t in tensor_plans])
     meta = meta_from_config(cfg, n_target_features=cfg.n_taps * th, tokenizer=tokenizer, file_type=file_type,
                             name=name, target_mrope=target_mrope, general=general)
     routes.family.apply(meta)
     arch, kvs = fmt.kvs(meta)
+    if prec_a4:  # W4A16_NVFP4 weights: written right after general.quantization_version
+        at = next(i for i, kv in enumerate(kvs) if kv.key == "general.quantization_version") + 1
+        kvs[at:at] = prec_a4
     if quant:
         # "convert --outtype q*" is "convert --outtype auto, then quantize": same layout, same bytes.
         from ..quants.layout import requantize_layout
@@ -353,7 +368,9 @@ def _choose_types(fmt: Format, routes: Routes, outtype: str, fp8_as_q8: bool = F
         f32_reason = keep_f32(dst, t.shape)
         deq = routes.dequant(n)
         forced = fp8_as_q8_type(dst, t.shape) if fp8_as_q8 and deq is not None and deq.fp8 else None
-        if forced is not None:
+        if getattr(deq, "nvfp4", False):
+            qtype, reason, deq = Q.NVFP4, f"NVFP4 repacked to ggml blocks, lossless ({routes.prequant.label})", None
+        elif forced is not None:
             qtype, reason = forced, f"--fp8-as-q8: FP8 weight as {forced.name}"
         elif f32_reason:
             qtype, reason = Q.F32, f32_reason
@@ -389,28 +406,3 @@ def _reason(p: TensorPlan, cfg: DrafterConfig, name: str, mask_row: bool, routes
     if name in routes.from_target:
         reason += f"; from the target ({p.src})"
     return reason
-
-
-def llama3_rope_factors(cfg: DrafterConfig):
-    """Per-frequency scaling factors for llama3 rope, as llama.cpp's LlamaModel computes them."""
-    import numpy as np
-
-    rs = cfg.rope_scaling
-    dim = cfg.rope_dim
-    freqs = 1.0 / (cfg.rope_theta ** (np.arange(0, dim, 2, dtype=np.float32) / dim))
-    factor = rs.factor
-    low, high = rs.llama3_freq_factors
-    old = rs.original_context_length or 8192
-    low_wavelen, high_wavelen = old / low, old / high
-    out = []
-    for f in freqs.tolist():
-        wavelen = 2 * math.pi / f
-        if wavelen < high_wavelen:
-            out.append(1.0)
-        elif wavelen > low_wavelen:
-            out.append(factor)
-        else:
-            smooth = (old / wavelen - low) / (high - low)
-            out.append(1 / ((1 - smooth) / factor + smooth))
-    return np.asarray(out, dtype=np.float32)
-

@@ -7,6 +7,7 @@ One table, ``METHODS``: each supported method is a function that pairs weights w
 scales; ``REFUSED`` says, for every method mainline reads and we do not, what mainline writes.
 The plan (``convert/plan.py``) asks ``split`` once; the writer and compare-weights ask
 ``dequantize`` for one weight at a time (float32, as mainline's ``weight.float() * scale``).
+NVFP4 weights are not dequantized but repacked (``convert/prequant_fp4.py``).
 """
 from __future__ import annotations
 
@@ -79,6 +80,10 @@ def _fp8(q: QuantizationConfig, by_name: Mapping[str, SourceTensor], where: str)
 def _compressed_tensors(q: QuantizationConfig, by_name: Mapping[str, SourceTensor], where: str):
     """compressed-tensors ``float-quantized`` (FP8 per channel or per block): ``W_scale``;
     ``pack-quantized`` (int group-quantized, ``convert/prequant_packed.py``)."""
+    if q.nvfp4:  # nvfp4-pack-quantized (or mixed-precision of it): repacked (convert/prequant_fp4.py)
+        from .prequant_fp4 import compressed_tensors_nvfp4
+
+        return compressed_tensors_nvfp4(q, by_name, where)
     if q.format == "pack-quantized":
         from .prequant_packed import split_packed, usable
 
@@ -96,18 +101,30 @@ def _compressed_tensors(q: QuantizationConfig, by_name: Mapping[str, SourceTenso
     return f"compressed-tensors FP8, {q.strategy} scales", weights, consumed
 
 
-METHODS: dict[str, Callable] = {"fp8": _fp8, "compressed-tensors": _compressed_tensors}
+def _modelopt(q: QuantizationConfig, by_name: Mapping[str, SourceTensor], where: str):
+    """ModelOpt: NVFP4 weights repacked, FP8 ones dequantized (``convert/prequant_fp4.py``)."""
+    from .prequant_fp4 import modelopt
+
+    return modelopt(q, by_name, where)
+
+
+def _gptq(q: QuantizationConfig, by_name: Mapping[str, SourceTensor], where: str):
+    """GPTQ: qweight/qzeros/scales/g_idx dequantized (``convert/prequant_gptq.py``)."""
+    from .prequant_gptq import split_gptq
+
+    return split_gptq(q, by_name, where)
+
+
+METHODS: dict[str, Callable] = {"fp8": _fp8, "compressed-tensors": _compressed_tensors, "modelopt": _modelopt,
+                                "gptq": _gptq}
 
 _CT_FORMATS = {
-    "nvfp4-pack-quantized": "writes its NVFP4 weights as NVFP4 ggml blocks (a lossless repack)",
-    "mixed-precision": "writes its NVFP4 weights as NVFP4 ggml blocks (a lossless repack)",
+    "mixed-precision": "refuses it too (it reads mixed-precision only when every group is nvfp4-pack-quantized)",
     "int-quantized": "dequantizes its int8 weights to the outtype",
     "naive-quantized": "dequantizes its int8 weights to the outtype",
 }
 REFUSED = {
-    "gptq": "dequantizes its qweight/qzeros/scales/g_idx to the outtype",
     "bitnet": "dequantizes its ternary weights (weight_scale) to the outtype",
-    "modelopt": "writes NVFP4 weights as NVFP4 ggml blocks (a lossless repack) and dequantizes FP8 ones to the outtype",
 }
 
 
@@ -128,7 +145,7 @@ def refusal(q: QuantizationConfig) -> str:
             mainline = (f"refuses it too (it reads int weights of group strategy and num_bits 1, 2, 4 or 8 only; this "
                         f"one: type {q.weight_type!r}, strategy {q.strategy!r}, num_bits {q.num_bits}, group_size "
                         f"{q.group_size})")
-        elif q.n_groups > 1 and fmt not in ("nvfp4-pack-quantized", "mixed-precision"):
+        elif q.n_groups > 1 and fmt != "mixed-precision":
             mainline = f"refuses it too (it reads one config group; this one has {q.n_groups})"
         else:
             mainline = _CT_FORMATS.get(fmt, "refuses it too (the format is not one it supports)")
@@ -153,7 +170,10 @@ def split(q: QuantizationConfig | None, by_name: Mapping[str, SourceTensor], whe
     method = METHODS.get(q.method)
     if method is None:
         raise WeightsError(refusal(q))
-    label, weights, consumed, *added = method(q, by_name, where)
+    got = method(q, by_name, where)
+    if isinstance(got, Prequantized):
+        return got
+    label, weights, consumed, *added = got
     return Prequantized(label, weights, frozenset(consumed), *added)
 
 
@@ -178,9 +198,18 @@ def scale_shape(scale: Sequence[int], block: Sequence[int] | None, weight: Seque
 def dequantize(weight: SourceTensor, d: Dequant) -> np.ndarray:
     """The weight as mainline's ``dequant_simple`` makes it: ``weight.float() * scale`` in float32,
     the scale ``repeat_interleave``d per block and cut to the weight's shape. One tensor in memory.
-    A pack-quantized one (``prequant_packed.Packed``) as its ``dequant_packed`` does."""
+    A pack-quantized one (``prequant_packed.Packed``) as its ``dequant_packed`` does, a GPTQ one
+    (``prequant_gptq.Gptq``) as its ``dequant_gptq``."""
     import numpy as np
 
+    if getattr(d, "nvfp4", False):  # never dequantized by convert (repacked); the values for the reference
+        from .prequant_fp4 import dequantize_nvfp4
+
+        return dequantize_nvfp4(d)
+    if getattr(d, "gptq", False):
+        from .prequant_gptq import dequantize_gptq
+
+        return dequantize_gptq(d)
     if not isinstance(d, Dequant):
         from .prequant_packed import dequantize_packed
 

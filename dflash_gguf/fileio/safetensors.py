@@ -24,7 +24,7 @@ if TYPE_CHECKING:  # numpy is imported by the readers of tensor data: an invento
 
 _HEADER_CAP = 100 * 1024 * 1024  # safetensors' own limit
 DTYPE_SIZES = {"BF16": 2, "F16": 2, "F32": 4, "F64": 8, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1, "BOOL": 1,
-               "F8_E4M3": 1, "F8_E5M2": 1, "U16": 2, "U32": 4, "U64": 8}
+               "F8_E4M3": 1, "F8_E5M2": 1, "F8_E8M0": 1, "U16": 2, "U32": 4, "U64": 8}
 FLOAT_DTYPES = ("BF16", "F16", "F32")
 FP8_DTYPES = ("F8_E4M3", "F8_E5M2")  # pre-quantized weights: decoded here, scaled by convert/prequant.py
 
@@ -46,8 +46,10 @@ class SourceTensor:
         return n
 
 
-def read_inventory(drafter_dir: str | Path) -> list[SourceTensor]:
-    """All tensors of ``model.safetensors`` or a sharded ``model.safetensors.index.json``.
+def read_inventory(drafter_dir: str | Path, prefix: str = "") -> list[SourceTensor]:
+    """All tensors of ``model.safetensors`` or a sharded ``model.safetensors.index.json``;
+    with ``prefix``, only the shards the index lists a ``prefix*`` tensor in are read (a
+    DeepSeek-V4 checkpoint's DSpark draft: a few of its 46 shards).
 
     Raises:
         InputError: no weights found, or a weights file cannot be read.
@@ -59,6 +61,10 @@ def read_inventory(drafter_dir: str | Path) -> list[SourceTensor]:
     single = d / "model.safetensors"
     if index.is_file():
         weight_map = _read_index(index)
+        if prefix:
+            weight_map = {n: s for n, s in weight_map.items() if n.startswith(prefix)}
+            if not weight_map:
+                raise WeightsError(f"{index}: lists no {prefix}* tensor; this checkpoint carries no draft")
         shards = sorted(set(weight_map.values()))
         missing = [s for s in shards if not (d / s).is_file()]
         if missing:
@@ -67,6 +73,8 @@ def read_inventory(drafter_dir: str | Path) -> list[SourceTensor]:
         for shard in shards:
             tensors += read_header(d / shard)
         names = {t.name for t in tensors}
+        # a shard may hold tensors the index files elsewhere; only the listed ones count
+        tensors = [t for t in tensors if t.name in weight_map] if prefix else tensors
         absent = sorted(set(weight_map) - names)
         if absent:
             raise WeightsError(f"{index}: lists {absent[0]} (and {len(absent) - 1} more) but no shard contains it")
@@ -208,7 +216,7 @@ def _check_metadata(info: object, where: str) -> None:
 # numpy storage dtype of each safetensors dtype (BF16 as uint16: numpy has no bfloat16)
 _STORAGE = {"BF16": "<u2", "F16": "<f2", "F32": "<f4", "F64": "<f8", "I64": "<i8", "I32": "<i4", "I16": "<i2",
             "I8": "i1", "U8": "u1", "BOOL": "?", "U16": "<u2", "U32": "<u4", "U64": "<u8", "F8_E4M3": "u1",
-            "F8_E5M2": "u1"}
+            "F8_E5M2": "u1", "F8_E8M0": "u1"}
 CHUNK_BYTES = 16 << 20  # row chunks of ~16 MiB keep memory flat and malloc recycles the buffers
 
 
@@ -296,7 +304,7 @@ def to_f32(t: SourceTensor, raw: np.ndarray | None = None) -> np.ndarray:
         return bf16_to_f32(raw)
     if t.dtype in ("F16", "F32"):
         return raw.astype(np.float32, copy=False)
-    if t.dtype in FP8_DTYPES:
+    if t.dtype in FP8_DTYPES or t.dtype == "F8_E8M0":
         return fp8_table(t.dtype)[raw]
     raise WeightsError(f"{t.file}: tensor {t.name} has dtype {t.dtype}; only BF16/F16/F32 weights are supported")
 
@@ -308,7 +316,8 @@ def fp8_table(dtype: str) -> np.ndarray:
     """float32 value of each of the 256 FP8 bytes (exact: every FP8 value is a float32).
 
     F8_E4M3 is torch's ``float8_e4m3fn``: bias 7, no infinities, S.1111.111 is NaN. F8_E5M2 is
-    the top byte of an IEEE half."""
+    the top byte of an IEEE half. F8_E8M0 (``float8_e8m0fnu``, MX block scales) is 2^(b - 127),
+    0xFF NaN."""
     import numpy as np
 
     table = _FP8_TABLES.get(dtype)
@@ -316,6 +325,11 @@ def fp8_table(dtype: str) -> np.ndarray:
         b = np.arange(256, dtype=np.uint16)
         if dtype == "F8_E5M2":
             table = (b << 8).view(np.float16).astype(np.float32)
+        elif dtype == "F8_E8M0":
+            # ldexp, not exp2: exact at every exponent; 0xFF as torch's float() spells its NaN
+            table = np.zeros(256, dtype=np.float32)
+            table[:255] = np.ldexp(np.float32(1), b[:255].astype(np.int32) - 127)
+            table.view(np.uint32)[255] = 0x7F800001
         else:
             exp, man = (b >> 3) & 0xF, (b & 7).astype(np.float32)
             mag = np.where(exp == 0, man / 8 * np.float32(2.0 ** -6),

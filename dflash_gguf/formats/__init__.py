@@ -54,6 +54,10 @@ def detect_format(arch: str, keys: Mapping[str, object] | Sequence[str], tensor_
 
 def file_family(keys: Mapping[str, object] | Sequence[str], tensor_names: Sequence[str], arch: str) -> FileFamily:
     """The drafter family a file belongs to (``formats.family``): the one place it is chosen."""
+    from .deepseek_v4 import DSV4, is_dsv4_file
+
+    if is_dsv4_file(keys, arch):
+        return DSV4
     return DSPARK if is_dspark(keys, tensor_names, arch) else DFLASH
 
 

@@ -31,5 +31,23 @@ class FileFamily:
         """What ``inspect`` reports about the family's own parts (None: nothing to add)."""
         return None
 
+    def required_hparams(self, fmt: "Format") -> tuple[str, ...]:
+        """``<arch>.`` suffixes the loader reads without a default."""
+        return fmt.required_hparams
+
+    def required_tensors(self, fmt: "Format", n_layers: int) -> list[str]:
+        """GGUF names the loader needs for an ``n_layers`` drafter."""
+        return fmt.required_tensors(n_layers)
+
+    def problems(self, kvs: Mapping, arch: str) -> list[tuple[str, str]]:
+        """(key, why) for each value the loader refuses outright."""
+        return []
+
+    # mainline writes no <arch>.sample_from_anchor for this family's DSpark files: the runtime's
+    # default (sample the anchor slot) is the one its drafts are trained for
+    anchor_default_is_right = False
+    # every layer attends over the sliding window (no per-layer pattern to write or check)
+    all_layers_swa = False
+
 
 DFLASH = FileFamily()

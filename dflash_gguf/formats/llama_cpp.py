@@ -23,6 +23,7 @@ class Mainline(Format):
     pre_ffn_norm = "ffn_norm.weight"
     supports_dflash2 = True
     supports_dspark = True
+    loads_weight_scales = True
     required_keys = (
         ("{a}.target_layers", "error", "the loader throws 'DFlash model requires target_layers'"),
         ("{a}.attention.layer_norm_rms_epsilon", "error", "the loader requires it"),

@@ -63,6 +63,7 @@ class DrafterMeta:
     # there overwrites it in place, as gguf-py's writer does for mainline's converter.
     mask_at: int | None = None
     file_type: int | None = None
+    file_type_at: int | None = None  # index in hparams general.file_type is written at; None: after them
     quantization_version: int | None = None
     flavor: str | None = None  # lucebox: "qwen35" | "gemma4"
     dspark: bool = False  # a DSpark drafter (Markov head, d2t): only formats with supports_dspark carry it
@@ -119,6 +120,7 @@ class Format:
     required_hparams: tuple[str, ...] = ("block_count", "embedding_length", "feed_forward_length",
                                          "attention.head_count", "attention.head_count_kv")  # under "<arch>."
     ignores_unknown_tensors: bool = False  # else an extra tensor fails the load ("wrong number of tensors")
+    loads_weight_scales: bool = False  # mainline's loader: NVFP4 weights' .scale / .input_scale (names.py)
 
     # --- architecture and keys -------------------------------------------------------
     def arch(self, meta: DrafterMeta) -> str:
@@ -143,9 +145,12 @@ class Format:
             )
         arch = self.arch(meta)
         out: list[KV] = list(meta.general)
-        out += [KV(f"{arch}.{s}", v, t, st) for s, v, t, st in meta.hparams]
+        hparams = [KV(f"{arch}.{s}", v, t, st) for s, v, t, st in meta.hparams]
+        at = len(hparams) if meta.file_type_at is None else meta.file_type_at
+        out += hparams[:at]
         if meta.file_type is not None:
             out.append(KV("general.file_type", int(meta.file_type), T.UINT32))
+        out += hparams[at:]
         out += self.dflash_kvs(arch, meta)
         if meta.quantization_version is not None:
             out.append(KV("general.quantization_version", int(meta.quantization_version), T.UINT32))

@@ -104,6 +104,16 @@ TARGET_LAYER_TENSORS: dict[str, str] = {
 TARGET_GLOBAL_TENSORS: dict[str, str] = {
     "model.embed_tokens.weight": TOKEN_EMBD, "model.norm.weight": GLOBAL_TENSORS["norm.weight"],
     "lm_head.weight": OUTPUT}
+# Per-tensor scales of a pre-quantized (NVFP4) weight that mainline's loader reads for any
+# architecture (llama-model.cpp, the generic pass after load_arch_tensors): "blk.N.<w>.scale" and
+# "blk.N.<w>.input_scale" beside "blk.N.<w>.weight"; and the dflash loader's own "fc.scale".
+SCALED_LAYER_WEIGHTS = frozenset({
+    "attn_q", "attn_k", "attn_v", "attn_output", "attn_qkv", "attn_gate", "ffn_gate", "ffn_down", "ffn_up",
+    "ffn_gate_shexp", "ffn_down_shexp", "ffn_up_shexp", "ffn_gate_exps", "ffn_down_exps", "ffn_up_exps",
+})
+WEIGHT_SCALES = (".scale", ".input_scale")
+FC_SCALE = "fc.scale"
+
 LAYER_RE = re.compile(r"^layers\.(\d+)\.(.+)$")
 BLK_RE = re.compile(r"^blk\.(\d+)\.(.+)$")
 

@@ -14,7 +14,7 @@ from ..fileio.gguf_constants import GGUFValueType as T
 from ..fileio.gguf_header import GGUFHeader, show
 from ..fileio.string_array import StringArray
 from ..formats import FORMATS, DrafterMeta, FileFamily, Format, detect_format, file_family, meta_from_gguf
-from ..formats.names import DROPPED_TENSORS, ROPE_FREQS
+from ..formats.names import BLK_RE, DROPPED_TENSORS, FC_SCALE, ROPE_FREQS, SCALED_LAYER_WEIGHTS, WEIGHT_SCALES
 from ..fileio.types import type_name
 from .findings import Finding, Severity, as_int, finding
 
@@ -68,10 +68,13 @@ def check_drafter(h: GGUFHeader, view: DrafterView | None = None) -> Iterator[Fi
         if k not in h.kv:
             yield _d(h, Severity(level), "drafter-key-missing", f"{show(k)} is missing ({fmt.name} format): {why}",
                      f"key {show(k)}")
-    for suffix in fmt.required_hparams:
+    family = view.family or file_family(h.kv, [t.name for t in h.tensors], h.arch or "")
+    for suffix in family.required_hparams(fmt):
         k = f"{h.arch}.{suffix}"
         if k not in h.kv:
             yield _d(h, Severity.ERROR, "drafter-key-missing", f"{show(k)} is missing: loaders read it", f"key {show(k)}")
+    for key, why in family.problems(h.kv, h.arch or ""):
+        yield _d(h, Severity.ERROR, "drafter-key-value", f"{show(key)} {why}", f"key {show(key)}")
     if fmt.needs_tokenizer and not isinstance(h.get("tokenizer.ggml.tokens"), StringArray):
         yield _d(h, Severity.ERROR, "drafter-no-tokenizer",
                  f"no tokenizer: the {fmt.name} runtimes need the target's vocabulary in the drafter GGUF "
@@ -81,13 +84,14 @@ def check_drafter(h: GGUFHeader, view: DrafterView | None = None) -> Iterator[Fi
     yield from _drafter_tensors(h, fmt, view.family)
     if meta is not None:
         yield from _drafter_shapes(h, fmt, meta, a)
-    yield from _drafter_swa(h, a)
+    if not family.all_layers_swa:
+        yield from _drafter_swa(h, a)
 
 
 def _drafter_tensors(h: GGUFHeader, fmt: Format, family: FileFamily) -> Iterator[Finding]:
     n = as_int(h.get(f"{h.arch}.block_count"))
     names = set(h.tensors_by_name)
-    missing = [e for e in fmt.required_tensors(min(n or 0, _MAX_LAYERS))
+    missing = [e for e in family.required_tensors(fmt, min(n or 0, _MAX_LAYERS))
                if e not in names and not family.optional_tensor(fmt, e, names)]
     if missing:
         shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
@@ -96,12 +100,26 @@ def _drafter_tensors(h: GGUFHeader, fmt: Format, family: FileFamily) -> Iterator
     for name in sorted(names):
         if name in _EXTRA_TENSORS or fmt.source_name(name) is not None or family.claims_tensor(fmt, name):
             continue
+        if fmt.loads_weight_scales and _weight_scale(name, names):
+            continue
         other = next((f.name for f in FORMATS.values() if f is not fmt and f.source_name(name)), None)
         hint = f" ({other} format's name: converted for another runtime?)" if other else ""
         sev = Severity.WARNING if fmt.ignores_unknown_tensors else Severity.ERROR
         yield _d(h, sev, "drafter-tensor-unclaimed",
                  f"tensor {show(name)} is not part of a {fmt.name} drafter{hint}; llama.cpp-family loaders "
                  f"fail with 'wrong number of tensors'", f"tensor {show(name)}")
+
+
+def _weight_scale(name: str, names: set[str]) -> bool:
+    """A pre-quantized weight's scale the loader reads (``names.SCALED_LAYER_WEIGHTS``)."""
+    if name == FC_SCALE:
+        return True
+    suffix = next((s for s in WEIGHT_SCALES if name.endswith(s)), None)
+    m = BLK_RE.match(name) if suffix else None
+    if m is None:
+        return False
+    base = m.group(2).removesuffix(suffix)
+    return base in SCALED_LAYER_WEIGHTS and f"blk.{m.group(1)}.{base}.weight" in names
 
 
 def _drafter_shapes(h: GGUFHeader, fmt, meta, a: str) -> Iterator[Finding]:

@@ -54,7 +54,8 @@ def _vocab(h: GGUFHeader) -> int | None:
 
 def check_dspark(h: GGUFHeader, view: DrafterView | None = None) -> Iterator[Finding]:
     """``view``: ``drafter_view(h)``, which run_checks computes once for all the checks that read it."""
-    fmt = (view or drafter_view(h)).fmt
+    view = view or drafter_view(h)
+    fmt = view.fmt
     if fmt is None:
         return
     if not is_dspark(h.kv, list(h.tensors_by_name), h.arch or ""):
@@ -66,7 +67,7 @@ def check_dspark(h: GGUFHeader, view: DrafterView | None = None) -> Iterator[Fin
                  f"a DSpark drafter (Markov head / d2t) in {fmt.name} format: only mainline llama.cpp loads DSpark; "
                  "re-convert with --format llama.cpp")
         return
-    yield from _keys(h)
+    yield from _keys(h, view.family is not None and view.family.anchor_default_is_right)
     n_vocab, n_embd = _vocab(h), as_int(h.get(f"{h.arch}.embedding_length"))
     d2t = h.tensors_by_name.get(D2T)
     n_draft = n_vocab
@@ -89,7 +90,7 @@ def check_legacy_dspark(h: GGUFHeader) -> Iterator[Finding]:
                  "[--drop-shared-tensors]", "key general.architecture")
 
 
-def _keys(h: GGUFHeader) -> Iterator[Finding]:
+def _keys(h: GGUFHeader, anchor_default_ok: bool = False) -> Iterator[Finding]:
     for suffix in DSPARK_HPARAMS:
         key = f"{h.arch}.{suffix}"
         kv = h.kv.get(key)
@@ -97,7 +98,7 @@ def _keys(h: GGUFHeader) -> Iterator[Finding]:
             yield _d(h, Severity.ERROR, "dspark-key-type",
                      f"{show(key)} is {type_name(kv.type, kv.sub_type)}; the runtime compares its text with \"true\", "
                      "so only a BOOL reads as intended: re-convert", f"key {show(key)}")
-    if f"{h.arch}.{SAMPLE_FROM_ANCHOR}" not in h.kv:
+    if f"{h.arch}.{SAMPLE_FROM_ANCHOR}" not in h.kv and not anchor_default_ok:
         yield _d(h, Severity.WARNING, "dspark-key-missing",
                  f"{h.arch}.{SAMPLE_FROM_ANCHOR} is missing: the runtime samples the anchor slot (true); wrong for "
                  "EAGLE3-style exports, whose slot 0 is a bonus anchor. Re-convert to write it",

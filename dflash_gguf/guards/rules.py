@@ -58,6 +58,9 @@ RULES = (
          'the drafter header cannot be read as its format (taps missing, fc tensor missing, …)'),
     Rule("drafter-key-missing", "drafter", "error",
          "a key the format's runtime needs (each format's required_keys in dflash_gguf/formats/)"),
+    Rule("drafter-key-value", "drafter", "error",
+         "a key whose value the loader refuses outright (a DeepSeek-V4 DSpark draft: non-sqrtsoftplus expert "
+         "scoring, compressed attention)"),
     Rule("drafter-no-tokenizer", "drafter", "error",
          "llama.cpp-family formats need the target's vocabulary inside the drafter GGUF"),
     Rule("drafter-tensor-missing", "drafter", "error",

@@ -327,12 +327,19 @@ def plan_types(
             with no fallback, an override whose block does not divide ne0, an unparsable MoE layer.
     """
     mix = resolve_ftype(ftype)
-    if mix in NOT_OFFERED:
+    if mix in NOT_OFFERED and mix != "MXFP4_MOE":
         raise QuantizationError(ftype_refusal(mix))
     # an importance-matrix type: llama-quantize's own refusal (naming the tensor) where it gives one,
     # ours where this model's shapes make every such tensor fall back (llama-quantize then accepts)
     plan = llama_plan(tensors, mix, n_layer, n_expert=n_expert, n_gqa=n_gqa, arch=arch, is_70b=is_70b,
                       overrides=overrides)
+    if mix == "MXFP4_MOE":
+        # written only where every MXFP4 expert tensor already is MXFP4 (a DeepSeek-V4 DSpark draft):
+        # those are copied, the rest is Q8_0; encoding MXFP4 from floats we do not do
+        given = {row[0]: (row[2] if len(row) > 2 else T.F32) for row in tensors}
+        if any(c.ggml_type == T.MXFP4 and given.get(c.name) != T.MXFP4 for c in plan):
+            raise QuantizationError(ftype_refusal(mix) + "; MXFP4_MOE is written only for a file whose "
+                                    "expert tensors already are MXFP4")
     if mix in IMATRIX_FTYPES:
         raise QuantizationError(ftype_refusal(mix))
     return plan

@@ -43,6 +43,7 @@ _BPE_ONLY = frozenset({
     "Qwen3_5MoeForConditionalGeneration", "Qwen3_5MoeForCausalLM",
     "GptOssForCausalLM",
     "MiMoV2FlashForCausalLM", "MiMoV2ForCausalLM",  # MimoV2Model: TextModel.set_vocab -> _set_vocab_gpt2
+    "DeepseekV4ForCausalLM",  # DeepseekV4Model: TextModel.set_vocab -> _set_vocab_gpt2
 })
 _LLAMA = frozenset({"LlamaForCausalLM", "LLaMAForCausalLM", "MistralForCausalLM", "MixtralForCausalLM", "LlamaModel"})
 
@@ -78,7 +79,7 @@ def vocab_from_hf_dir(d: Path, vocab_size: int) -> tuple[str, HFVocab]:
         return arch, HFVocab(kvs, "gemma4", "", "none", notes)  # Gemma4Model writes no tokenizer.ggml.pre
     raise TargetError(
         f"{d}: target architecture {arch or '(none)'}: rebuilding its tokenizer the way llama.cpp does is not "
-        f"implemented here (supported: Llama, Qwen2/3, Qwen3-MoE/Next, Qwen3.5, gpt-oss, MiMo-V2, Gemma 4); {HINT}"
+        f"implemented here (supported: Llama, Qwen2/3, Qwen3-MoE/Next, Qwen3.5, gpt-oss, MiMo-V2, DeepSeek-V4, Gemma 4); {HINT}"
     )
 
 

@@ -91,20 +91,18 @@ def test_a_scale_that_does_not_fit_is_refused(tmp_path, cli):
     assert "Traceback" not in se and not (tmp_path / "x.gguf").exists()
 
 
-# --- refusals --------------------------------------------------------------------------------
+# --- refusals (NVFP4 and GPTQ are read: tests/convert/test_prequant_fp4.py, test_prequant_gptq.py) ---
 
 REFUSALS = [
-    ({"quant_method": "gptq", "bits": 4, "group_size": 128}, "'gptq'", "qweight/qzeros/scales/g_idx"),
     ({"quant_method": "bitnet"}, "'bitnet'", "ternary"),
-    ({"quant_method": "modelopt", "quant_algo": "NVFP4"}, "'modelopt' (NVFP4)", "NVFP4 ggml blocks"),
     ({"quant_method": "awq", "bits": 4}, "'awq'", "refuses it too"),
     ({**ct_config("group"), "format": "pack-quantized"}, "'compressed-tensors' format 'pack-quantized'",
      "refuses it too (it reads int weights of group strategy"),
     ({**ct_config("group"), "format": "pack-quantized", "config_groups": {"g": {"weights": {
         "num_bits": 3, "type": "int", "strategy": "group", "group_size": 32}}}},
      "'compressed-tensors' format 'pack-quantized'", "num_bits 3, group_size 32"),
-    ({**ct_config("tensor_group"), "format": "nvfp4-pack-quantized"},
-     "'compressed-tensors' format 'nvfp4-pack-quantized'", "NVFP4 ggml blocks"),
+    ({**ct_config("channel"), "format": "mixed-precision"}, "'compressed-tensors' format 'mixed-precision'",
+     "only when every group is nvfp4-pack-quantized"),
     (ct_config("tensor"), "'compressed-tensors' format 'float-quantized'", "refuses it too (it reads channel or block"),
     ({**ct_config("channel"), "config_groups": {"g": {"weights": {"num_bits": 4, "type": "float", "strategy": "channel"}}}},
      "'compressed-tensors' format 'float-quantized'", "dequantizes its 4-bit float weights"),
@@ -122,15 +120,6 @@ def test_unsupported_methods_are_refused_in_one_line(tmp_path, cli, qc, name, ma
     assert "\n" not in line and "Traceback" not in se and "unexpected tensor" not in se
     assert f"quant_method {name} is not supported by dflash-gguf yet" in line and mainline in line
     assert "quantization_config" in line and not out.exists()
-
-
-def test_modelopt_file_without_quantization_config_is_refused(tmp_path, cli):
-    state = safetensors_torch.load_file(str(SOURCE / "model.safetensors"))
-    d = write_checkpoint(tmp_path / "q", {**state, "fc.weight_scale": torch.ones(64, 1)}, None)
-    (d / "hf_quant_config.json").write_text(json.dumps({"producer": {"name": "modelopt"},
-                                                        "quantization": {"quant_algo": "NVFP4"}}))
-    code, _, se = cli("convert", d, "--format", "lucebox", "-o", tmp_path / "x.gguf")
-    assert code == WeightsError.exit_code and "hf_quant_config.json: quant_method 'modelopt' (NVFP4)" in se
 
 
 def test_fp8_as_q8_with_a_llama_quantize_type_is_a_usage_error(tmp_path, cli):

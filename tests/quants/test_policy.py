@@ -331,10 +331,22 @@ def test_importance_matrix_type_accepted_by_llama_quantize_is_still_refused():
         plan_types(t, "IQ3_XS", 1)
 
 
-@pytest.mark.parametrize("ftype", ["IQ3_S", "IQ3_M", "TQ1_0", "TQ2_0", "MXFP4_MOE", "Q1_0", "Q2_0"])
+@pytest.mark.parametrize("ftype", ["IQ3_S", "IQ3_M", "TQ1_0", "TQ2_0", "Q1_0", "Q2_0"])
 def test_types_without_a_quantizer_are_refused(ftype):
     with pytest.raises(QuantizationError, match=f"{ftype} is not supported by dflash_gguf"):
         plan_types([("blk.0.attn_q.weight", (64, 256))], ftype, 1)
+
+
+def test_mxfp4_moe_is_written_only_where_no_tensor_needs_an_mxfp4_encoding():
+    """MXFP4_MOE: experts MXFP4, the rest Q8_0. Experts already MXFP4 (a DeepSeek-V4 DSpark
+    draft) are copied and the file is written; experts in floats would need an MXFP4 encoder."""
+    exps, shexp = ("blk.0.ffn_up_exps.weight", (4, 64, 256)), ("blk.0.ffn_up_shexp.weight", (64, 256))
+    plan = plan_types([(*exps, T.MXFP4), (*shexp, T.BF16)], "MXFP4_MOE", 1, n_expert=4)
+    assert [(c.name, c.ggml_type) for c in plan] == [(exps[0], T.MXFP4), (shexp[0], T.Q8_0)]
+    with pytest.raises(QuantizationError, match="MXFP4_MOE is not supported by dflash_gguf .*already are MXFP4"):
+        plan_types([(*exps, T.F16), (*shexp, T.BF16)], "MXFP4_MOE", 1, n_expert=4)
+    # a dense drafter: no expert tensor, everything Q8_0
+    assert {c.ggml_type for c in plan_types([("blk.0.attn_q.weight", (64, 256), T.F16)], "MXFP4_MOE", 1)} == {T.Q8_0}
 
 
 # --- the mixes beyond Q8_0 / Q4_K_M (hand-derived from llama_tensor_get_type_impl) -------------------------
