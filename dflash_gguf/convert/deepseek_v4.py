@@ -16,7 +16,7 @@ What mainline does (``conversion/deepseek.py``: ``DeepseekV4DSparkModel`` over
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Iterator, Sequence
 
 from ..config.deepseek_v4 import DSV4DSparkConfig
 from ..errors import UsageError, WeightsError
@@ -24,6 +24,7 @@ from ..fileio.gguf_constants import GGMLQuantizationType as Q
 from ..fileio.gguf_constants import GGUFValueType as T
 from ..fileio.gguf_writer import tensor_nbytes
 from ..fileio.safetensors import FP8_DTYPES, SourceTensor
+from ..fileio.span_copy import Zeros
 from ..formats import deepseek_v4 as names
 from ..formats.meta import DrafterMeta
 from ..fileio.types import KV
@@ -222,27 +223,30 @@ def _meta(cfg: DSV4DSparkConfig, n_stages: int, tokenizer: Sequence[KV], metadat
                        dspark=True)
 
 
-def repack_experts(sources: Sequence[SourceTensor]) -> np.ndarray:
-    """One stage's routed experts as ggml MXFP4 blocks, [experts, rows, blocks × 17 bytes].
+def repack_experts(sources: Sequence[SourceTensor]) -> Iterator[np.ndarray | Zeros]:
+    """One stage's routed experts as ggml MXFP4 blocks, [experts, rows, blocks × 17 bytes], one
+    expert at a time (memory stays at one expert's bytes, not the stacked tensor's).
 
     DeepSeek stores element 2i in a byte's low nibble and 2i+1 in its high one, one E8M0 scale
     per 32; a ggml ``block_mxfp4`` is the scale byte then 16 bytes holding elements j (low) and
     j + 16 (high). Only bits move: both index ggml's E2M1 value table (``repack_mxfp4_blocks``).
+    An expert whose codes and scales are both holes of a sparse checkpoint repacks to zeros.
     """
     import numpy as np
 
-    from ..fileio.safetensors import read_raw
+    from ..fileio.safetensors import is_hole, read_raw
 
-    n = len(sources) // 2
     w0 = sources[0]
     rows, nb = w0.shape[0], w0.shape[1] // 16
-    out = np.empty((n, rows, nb * 17), dtype=np.uint8)
-    for e in range(n):
-        packed = read_raw(sources[2 * e]).view(np.uint8).reshape(rows, nb, 16)
-        scale = read_raw(sources[2 * e + 1]).view(np.uint8).reshape(rows, nb)
+    for e in range(len(sources) // 2):
+        w, s = sources[2 * e], sources[2 * e + 1]
+        if is_hole(w) and is_hole(s):
+            yield Zeros(rows * nb * 17)
+            continue
+        packed = read_raw(w).view(np.uint8).reshape(rows, nb, 16)
+        scale = read_raw(s).view(np.uint8).reshape(rows, nb)
         vals = np.stack((packed & 0x0F, packed >> 4), axis=-1).reshape(rows, nb, 32)
-        blocks = out[e].reshape(rows, nb, 17)
+        blocks = np.empty((rows, nb, 17), dtype=np.uint8)
         blocks[..., 0] = scale
         blocks[..., 1:] = vals[..., :16] | (vals[..., 16:] << 4)
-    return out
-
+        yield blocks

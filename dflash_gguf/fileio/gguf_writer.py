@@ -40,7 +40,8 @@ from .ahead import ReadAhead
 from .gguf_constants import GGML_QUANT_SIZES, GGUF_DEFAULT_ALIGNMENT, GGMLQuantizationType, GGUFValueType
 from .kv_encode import encode_header, encode_kv_parts, encode_tensor_info
 from .outputs import atomic_output, check_output
-from .span_copy import RELEASE_MIN_BYTES, FileSpan, copy_span, release_cache, reserve, write_all, write_sparse
+from .span_copy import (RELEASE_MIN_BYTES, FileSpan, Zeros, copy_span, release_cache, reserve, write_all,
+                        write_sparse)
 from .string_array import StringArray
 from .types import KV, NumberArray
 
@@ -57,7 +58,8 @@ class TensorOut:
     ``shape`` is numpy/torch order (last axis = ggml ne0). ``produce`` returns the encoded
     data — one array, or an iterable of row chunks — whose bytes, concatenated, are the
     tensor's ggml encoding (typed F32/F16 arrays, raw uint8 block bytes, or ``bytes``); a
-    ``FileSpan`` may stand for a run of those bytes that a file already holds.
+    ``FileSpan`` may stand for a run of those bytes that a file already holds, ``Zeros`` for a
+    run of zero bytes.
     """
 
     name: str
@@ -178,7 +180,7 @@ def _info_shape(shape: tuple[int, ...], qtype: GGMLQuantizationType) -> tuple[in
 
 def _chunks(t: TensorOut) -> Iterator["np.ndarray | FileSpan | bytes"]:
     data = t.produce()
-    if isinstance(data, (FileSpan, bytes, bytearray)) or _is_array(data):
+    if isinstance(data, (FileSpan, Zeros, bytes, bytearray)) or _is_array(data):
         yield data
     else:
         yield from data
@@ -212,6 +214,13 @@ def _write_data(fout, tensors: Sequence[TensorOut], align: int, progress: Progre
                 copy_span(fout, chunk, HOLE_BYTES, progress)
                 written[i] += chunk.nbytes
                 total += chunk.nbytes
+                continue
+            if isinstance(chunk, Zeros):  # a new file reads zeros where nothing was written
+                fout.seek(chunk.nbytes, os.SEEK_CUR)
+                written[i] += chunk.nbytes
+                total += chunk.nbytes
+                if progress is not None:
+                    progress(chunk.nbytes)
                 continue
             if isinstance(chunk, (bytes, bytearray)):
                 buf = memoryview(chunk)

@@ -263,6 +263,13 @@ def iter_raw(t: SourceTensor, chunk_bytes: int = CHUNK_BYTES):
 _SEEK_DATA = getattr(os, "SEEK_DATA", None)
 
 
+def is_hole(t: SourceTensor) -> bool:
+    """Whether the tensor's bytes all lie in a hole of its file (they read as zeros): a sparse
+    checkpoint's, whose conversion then need not compute what zeros encode to."""
+    with open(t.file, "rb", buffering=0) as f:
+        return _in_hole(f.fileno(), t.offset, t.nbytes, os.fstat(f.fileno()).st_size)
+
+
 def _in_hole(fd: int, pos: int, n: int, size: int) -> bool:
     """Whether bytes [pos, pos + n) of the file all lie in holes (they read as zeros). Only
     inside the file: a range past its end must still fail as a short read."""

@@ -33,6 +33,14 @@ class FileSpan:
     name: str = ""  # the tensor, for messages
 
 
+@dataclass(frozen=True)
+class Zeros:
+    """``nbytes`` zero bytes: what a producer yields for data it knows is all zeros (the encoding
+    of a source that is a hole), so the writer seeks over it instead of scanning a buffer."""
+
+    nbytes: int
+
+
 # Stored bytes are written from a memory map of the source, this many bytes mapped at a time (the
 # peak RSS the copy adds: mapped file pages count), each window written in PIECE_BYTES writes.
 # Why not os.copy_file_range, as cp does: a GGUF's tensor offsets are not page-aligned to the

@@ -147,12 +147,20 @@ def meta_from_gguf(
             raise GGUFFormatError(f"{path}: {arch}.{key} is missing; not a usable drafter")
         get_int(kvs, f"{arch}.{key}", None, path=where, lo=1)
     prefix = f"{arch}."
+    # DeepSeek-V4 DSpark: mainline writes the chat template first and general.file_type among the
+    # hparams; a rewrite keeps both where they stood
+    from .deepseek_v4 import is_dsv4_file
+
+    keep_places, seen_hparam = is_dsv4_file(kvs.keys(), arch or ""), False
     for key, kv in kvs.items():
         if key == MASK_ID and key in consumed:  # read as the drafter's mask id: keep its place on rewrite
             meta.mask_at = len(meta.tokenizer)
+        if key == "general.file_type" and keep_places:
+            meta.file_type_at = len(meta.hparams)
         if key in consumed:
             continue
-        if key.startswith("tokenizer."):
+        seen_hparam = seen_hparam or key.startswith(prefix)
+        if key.startswith("tokenizer.") and (seen_hparam or not keep_places or key != "tokenizer.chat_template"):
             meta.tokenizer.append(kv)
         elif key.startswith(prefix):
             meta.hparams.append((key[len(prefix):], kv.value, kv.type, kv.sub_type))

@@ -105,6 +105,9 @@ class Job:
     drafter: Path
     target: Path
     outtype: str = "auto"
+    # converter flags that pick the model class, e.g. ("--dspark",) for a DeepSeek-V4 checkpoint's
+    # DSpark draft (DeepseekV4DSparkModel); part of the cache key only when present
+    extra: tuple[str, ...] = ()
 
 
 def gguf_summary(path: str | os.PathLike[str]) -> Summary:
@@ -239,8 +242,9 @@ def run_converter(jobs: Sequence[Job], outs: Sequence[Path], *, header_only: boo
         AssertionError: a job failed; the message holds the end of its log.
     """
     flags = [header_only] * len(jobs) if isinstance(header_only, bool) else list(header_only)
-    runs = [ConverterRun((str(j.drafter), "--target-model-dir", str(j.target), "--outfile", str(o), "--outtype", j.outtype),
-                         o.with_suffix(".log"), header_only=h) for j, o, h in zip(jobs, outs, flags)]
+    runs = [ConverterRun((str(j.drafter), *j.extra, "--target-model-dir", str(j.target), "--outfile", str(o),
+                          "--outtype", j.outtype), o.with_suffix(".log"), header_only=h)
+            for j, o, h in zip(jobs, outs, flags)]
     for job, run, code in zip(jobs, runs, run_jobs(runs, src)):
         if code != 0:
             raise AssertionError(f"convert_hf_to_gguf.py failed on {job.drafter} (exit {code}):\n{log_tail(run, 2000)}")
@@ -325,9 +329,11 @@ def converter_digest(src: Path, versions: bool = True) -> str:
 
 def cache_key(job: Job, src: Path, *, versions: bool = True) -> str:
     """Hash of: the drafter dir (its name, config.json, README.md, side files such as mask_embedding.pt,
-    safetensors headers), the target dir's files, the outtype, the converter's code and this runner (and,
-    with ``versions``, the library versions)."""
+    safetensors headers), the target dir's files, the outtype and extra flags, the converter's code and this
+    runner (and, with ``versions``, the library versions)."""
     h = hashlib.sha256(f"format {SUMMARY_FORMAT}\0outtype {job.outtype}\0".encode())
+    if job.extra:  # absent from the keys of jobs without flags, so their committed keys still hold
+        h.update(("\0extra " + " ".join(job.extra) + "\0").encode())
     h.update(hashlib.sha256(RUNNER.encode()).digest())
     h.update(converter_digest(src, versions).encode())
     h.update(b"\0drafter\0")

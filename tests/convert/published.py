@@ -4,8 +4,9 @@
 ``sparse_checkpoint(slug, dest)`` lays the drafter out in ``dest`` the way its publisher does:
 its config.json, a safetensors file whose header lists every tensor at its real dtype and shape
 and whose data region is a hole (the file is extended with truncate(), nothing is written, so a
-5 GB checkpoint costs a few kB of disk and milliseconds), the side files the publisher ships and its
-model card (README.md).
+5 GB checkpoint costs a few kB of disk and milliseconds; an entry with ``shards`` gets one such file
+per shard, as its publisher splits the checkpoint), the side files the publisher ships and its model
+card (README.md).
 
 Run ``python -m tests.convert.published --write-tables`` to refresh every entry's tensors.json from
 its derivation (published_tables.py); it needs torch, transformers and z-lab's ``dflash``.
@@ -24,8 +25,9 @@ from tests.convert import published_tables
 PUBLISHED = FIXTURES / "published"
 INDEX = PUBLISHED / "index.json"
 DTYPE_BYTES = {"BF16": 2, "F16": 2, "F32": 4, "F64": 8, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1,
-               "BOOL": 1}
-FAMILIES = ("dflash1", "dflash2", "muse-assistant", "mimo", "dspark", "dspark-eagle3", "gemma4-dspark")
+               "BOOL": 1, "F8_E4M3": 1, "F8_E5M2": 1, "F8_E8M0": 1}
+FAMILIES = ("dflash1", "dflash2", "muse-assistant", "mimo", "dspark", "dspark-eagle3", "gemma4-dspark",
+            "dsv4-dspark")
 SIDE_FILES = ("mask_embedding.pt", "model.safetensors.index.json")
 CARD = "README.md"  # the publisher's model card: its front matter becomes general.* keys
 
@@ -82,22 +84,39 @@ def nbytes(dtype: str, shape: list[int]) -> int:
 
 
 def data_bytes(slug: str) -> int:
-    """Bytes of tensor data the entry's weights file holds (what ``total_size`` would say)."""
+    """Bytes of tensor data the entry's weights files hold (what ``total_size`` would say)."""
     return sum(nbytes(d, s) for _, d, s in tensor_table(slug))
+
+
+def shard_tables(slug: str) -> dict[str, published_tables.Table]:
+    """Weights file -> the rows it holds: the entry's ``weights_file`` alone, or, for an entry
+    with ``shards`` (a checkpoint split as the publisher splits it), each shard's rows, a row
+    going to the one shard with a name prefix it starts with."""
+    e = entry(slug)
+    rows = tensor_table(slug)
+    if not e.get("shards"):
+        return {e["weights_file"]: rows}
+    out: dict[str, published_tables.Table] = {s["file"]: [] for s in e["shards"]}
+    for row in rows:
+        files = [s["file"] for s in e["shards"] if row[0].startswith(tuple(s["prefixes"]))]
+        if len(files) != 1:
+            raise ValueError(f"{slug}: {row[0]} matches {len(files)} shards' prefixes, not one")
+        out[files[0]].append(row)
+    return out
 
 
 # ---------------------------------------------------------------- sparse safetensors
 
-def _header_bytes(slug: str) -> tuple[bytes, int]:
-    """A safetensors header for the entry and the data size it declares."""
+def _header_bytes(slug: str, rows: published_tables.Table | None = None) -> tuple[bytes, int]:
+    """A safetensors header for the entry (or for ``rows``, one shard's) and the data size it declares."""
     header_path = published_header(slug)
-    if header_path is not None:
+    if header_path is not None and rows is None:
         # Keep the publisher's offsets too: the file then has the published layout, hole aside.
         header = json.loads(header_path.read_text(encoding="utf-8"))
         end = max(v["data_offsets"][1] for k, v in header.items() if k != "__metadata__")
     else:
         header, end = {"__metadata__": {"format": "pt"}}, 0
-        for name, dtype, shape in tensor_table(slug):
+        for name, dtype, shape in (tensor_table(slug) if rows is None else rows):
             size = nbytes(dtype, shape)
             header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [end, end + size]}
             end += size
@@ -130,11 +149,12 @@ def _write_mask_embedding(path: Path, cfg: dict) -> None:
     os.replace(tmp, path)
 
 
-def _write_index_json(path: Path, slug: str, weights_file: str) -> None:
-    # The sharded-index form MiMo ships beside its single weights file; llama.cpp finds a weights
-    # file that does not start with "model" only through this map.
+def _write_index_json(path: Path, slug: str) -> None:
+    # The sharded-index form MiMo ships beside its single weights file (llama.cpp finds a weights
+    # file that does not start with "model" only through this map), and every sharded checkpoint.
+    where = {name: file for file, rows in shard_tables(slug).items() for name, _, _ in rows}
     index = {"metadata": {"total_size": data_bytes(slug)},
-             "weight_map": {name: weights_file for name, _, _ in tensor_table(slug)}}
+             "weight_map": {name: where[name] for name, _, _ in tensor_table(slug)}}
     tmp = path.with_name(path.name + ".part")
     tmp.write_text(json.dumps(index, indent=2) + "\n", encoding="utf-8")
     os.replace(tmp, path)
@@ -143,7 +163,8 @@ def _write_index_json(path: Path, slug: str, weights_file: str) -> None:
 def sparse_checkpoint(slug: str, dest: Path, *, side_files: bool = True) -> Path:
     """Lay out the published drafter ``slug`` in ``dest`` and return the weights file's path.
 
-    ``side_files=False`` skips files that need torch to write (mask_embedding.pt)."""
+    ``side_files=False`` skips files that need torch to write (mask_embedding.pt). An entry with
+    ``shards`` is written as those shards (``shard_tables``); ``weights_file`` is one of them."""
     e = entry(slug)
     dest = Path(dest)
     dest.mkdir(parents=True, exist_ok=True)
@@ -151,11 +172,14 @@ def sparse_checkpoint(slug: str, dest: Path, *, side_files: bool = True) -> Path
     if (slug_dir(slug) / CARD).is_file():
         (dest / CARD).write_bytes((slug_dir(slug) / CARD).read_bytes())
     weights = dest / e["weights_file"]
-    raw, size = _header_bytes(slug)
-    write_sparse_safetensors(weights, raw, size)
+    if e.get("shards"):
+        for file, rows in shard_tables(slug).items():
+            write_sparse_safetensors(dest / file, *_header_bytes(slug, rows))
+    else:
+        write_sparse_safetensors(weights, *_header_bytes(slug))
     for name in e["side_files"]:
         if name == "model.safetensors.index.json":
-            _write_index_json(dest / name, slug, e["weights_file"])
+            _write_index_json(dest / name, slug)
         elif name == "mask_embedding.pt" and side_files:
             _write_mask_embedding(dest / name, drafter_config(slug))
     return weights

