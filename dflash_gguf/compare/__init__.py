@@ -1,8 +1,9 @@
 """compare-weights: checkpoint or GGUF vs GGUF, tensor by tensor, dequantized, with verdicts.
 
-Modules: ``api`` (the entry points and the pairing of tensors), ``bands`` (thresholds),
-``sides`` (reading a tensor row by row), ``stats`` (per-chunk numbers), ``engine`` (the main
-pass and the verdicts), ``diagnose`` (naming the cause of a failure), ``report`` (results).
+Modules: ``api`` (the entry points and the pairing of tensors), ``deepseek_v4`` (the pairing
+and keys of a DeepSeek-V4 checkpoint's DSpark draft), ``bands`` (thresholds), ``sides`` (reading
+a tensor row by row), ``stats`` (per-chunk numbers), ``engine`` (the main pass and the
+verdicts), ``diagnose`` (naming the cause of a failure), ``report`` (results).
 The public names below are imported on first use: the CLI's start-up needs the statuses
 (``report``), not the numpy engine.
 """

@@ -5,7 +5,9 @@ Three stages, each answering one question, the same for both modes once the tens
 
 1. Inventory (here). Every checkpoint tensor is paired where the conversion plan for the file's
    detected format sends it (``convert.plan.route_tensors``: names, drops with their reasons,
-   transforms, the tables a drafter family computes); between two GGUFs, through both formats. Shapes are compared in torch order (the GGUF's ``ne`` reversed). Missing, extra
+   transforms, the tables a drafter family computes; a DeepSeek-V4 checkpoint's DSpark draft
+   through convert's plan for it, ``compare.deepseek_v4``); between two GGUFs, through both
+   formats. Shapes are compared in torch order (the GGUF's ``ne`` reversed). Missing, extra
    and shape-mismatched tensors fail the verdict.
 2. Numbers, streamed (``engine``, ``stats``, ``sides``): each pair is read in row chunks of
    about 1 MB of float32 on a small thread pool, re-encoded and compared byte for byte, then
@@ -29,6 +31,7 @@ from ..formats import DrafterMeta, Format, meta_from_gguf
 from ..formats.names import OUTPUT, ROPE_FREQS, TOKEN_EMBD
 from .diagnose import diagnose_failures, flag_outliers
 from .constants import compare_constants
+from .deepseek_v4 import PREFIX as DSV4_PREFIX, dsv4_config, dsv4_constants, pair_dsv4, plan_for as dsv4_plan
 from .integers import int_pair_row, is_integer_table, table_row
 from .engine import default_workers, make_pair, run_pairs
 from .report import EXTRA, MISSING, OUT, CompareReport, TensorComparison
@@ -52,24 +55,34 @@ def compare_weights(
     checkpoint tensor is paired where the conversion plan for the file's format sends it
     (``convert.plan.route_tensors``), with the plan's transform applied to the checkpoint side;
     with ``constants``, every key convert would write is compared too (``compare.constants``).
+    A DeepSeek-V4 checkpoint's DSpark draft (its ``mtp.*`` stages) is paired through convert's
+    plan for it (``compare.deepseek_v4``).
 
     Raises:
         InputError: the dir has no weights, or the GGUF does not exist.
         ConfigError: the dir's config.json is missing or invalid (the plan is built from it).
-        WeightsError: the safetensors files are corrupt or truncated.
+        WeightsError: the safetensors files are corrupt or truncated; (DeepSeek-V4) a draft
+            tensor convert's plan refuses.
         GGUFFormatError: the GGUF is corrupt, or is not a DFlash drafter.
     """
     t0 = time.perf_counter()
     d = Path(drafter_dir)
     if not d.is_dir():
         raise InputError(f"{d}: not a directory; pass the drafter checkpoint dir (config.json + model.safetensors)")
-    inventory = read_inventory(d)
-    cfg = load_config(d)
+    dsv4 = dsv4_config(d)  # a DeepSeek-V4 checkpoint: its mtp.* stages are the draft (as convert decides)
+    inventory = read_inventory(d, prefix=DSV4_PREFIX if dsv4 else "")
+    cfg = dsv4 or load_config(d)
     f, fmt, file_meta = _open_drafter_gguf(gguf_path)
     if fmt is None:
         meta_from_gguf(f.kvs, f.shapes(), gguf_path)  # raises the precise "not a drafter" error
     report = CompareReport(_CHECKPOINT_MODE, d, Path(gguf_path), fmt.name, None, [], [], requantize,
                            dict(tolerances or {}))
+    if dsv4 is not None:
+        plan = dsv4_plan(dsv4, inventory, f)
+        if constants:
+            report.constants = dsv4_constants(dsv4, plan, f)
+        with Files() as files:
+            return _measure(report, pair_dsv4(report, plan, inventory, f, files), workers, progress, t0)
     routes = route_tensors(cfg, fmt, inventory, target_hidden=cfg.target_hidden_size or cfg.hidden_size)
     if constants:
         report.constants = compare_constants(cfg, fmt, routes, f, file_meta)

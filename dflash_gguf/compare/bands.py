@@ -24,12 +24,15 @@ class Band:
     elem_rel, elem_abs: float types ("exact or last ulp"): every element must satisfy
                |y - x| <= elem_rel * |x| + elem_abs (one ulp of the storage type, with the
                subnormal spacing as the floor).
+    lossless:  the GGUF must hold the reference's bytes exactly (a checkpoint's NVFP4 or MXFP4
+               blocks, which convert repacks without loss): any differing byte fails.
     """
 
     rel_rms: float
     block_err: float | None = None
     elem_rel: float | None = None
     elem_abs: float | None = None
+    lossless: bool = False
 
 
 # Float types: one ulp (2^-mantissa_bits) relative, subnormal spacing absolute. Their rel_rms

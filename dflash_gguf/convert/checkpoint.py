@@ -193,7 +193,7 @@ def _producer(p: TensorPlan, by_name: dict[str, SourceTensor], conv: Conversion)
         return lambda: repack(deq)
     if deq is not None:
         # a pre-quantized weight is its float32 dequantization from here on (prequant.py)
-        from .prequant import Dequant, dequantize
+        from .prequant import Dequant, dequantize, iter_dequantize
 
         if isinstance(deq, Dequant) and p.ggml_type in ZERO_IS_ZEROS and is_hole(src) and is_hole(deq.scale):
             return lambda: Zeros(p.nbytes)  # a sparse checkpoint: 0 × a finite scale is 0, whose encoding is zeros
@@ -201,7 +201,7 @@ def _producer(p: TensorPlan, by_name: dict[str, SourceTensor], conv: Conversion)
         if p.transform == NEOX_PERMUTE:
             chunks = lambda: [neox_permute(dequantize(stored, deq), conv.config.head_dim)]  # noqa: E731
         else:
-            chunks = lambda: [dequantize(stored, deq)]  # noqa: E731
+            chunks = lambda: iter_dequantize(stored, deq)  # noqa: E731 (rows at a time: Q8_0 etc. are row-local)
     elif p.transform == NEOX_PERMUTE:
         chunks = lambda: [neox_permute(read_raw(src), conv.config.head_dim)]  # noqa: E731 (one tensor in memory)
     elif p.transform == MASK_ROW:

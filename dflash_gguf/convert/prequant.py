@@ -12,12 +12,12 @@ NVFP4 weights are not dequantized but repacked (``convert/prequant_fp4.py``).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Callable, Iterator, Mapping, Sequence
 
 from ..config.quantization import QuantizationConfig
 from ..errors import WeightsError
 from ..fileio.gguf_constants import GGMLQuantizationType as Q
-from ..fileio.safetensors import FLOAT_DTYPES, FP8_DTYPES, SourceTensor, read_raw, to_f32
+from ..fileio.safetensors import CHUNK_BYTES, FLOAT_DTYPES, FP8_DTYPES, SourceTensor, iter_raw, read_raw, to_f32
 
 if TYPE_CHECKING:
     import numpy as np
@@ -224,6 +224,38 @@ def dequantize(weight: SourceTensor, d: Dequant) -> np.ndarray:
         s = s[tuple(slice(0, n) for n in w.shape)]
     s = s.reshape(s.shape + (1,) * (w.ndim - s.ndim))
     return np.multiply(w, s, dtype=np.float32)
+
+
+def iter_dequantize(weight: SourceTensor, d: Dequant, chunk_bytes: int = CHUNK_BYTES) -> Iterator[np.ndarray]:
+    """``dequantize``, a block of rows at a time (a multiple of the scale's row block): the same
+    float32 values, each row multiplied by the same scale row, but memory holds one chunk's
+    float32 instead of the tensor's four times over. Weights whose scale is not a 2-D block or
+    per-row one come whole."""
+    import numpy as np
+
+    s = to_f32(d.scale, read_raw(d.scale)) if isinstance(d, Dequant) else None
+    blocked = s is not None and d.block is not None and len(d.block) == 2 and s.ndim == 2
+    per_row = s is not None and d.block is None and s.ndim <= 2
+    if len(weight.shape) != 2 or not (blocked or per_row) or weight.shape[0] == 0:
+        yield dequantize(weight, d)
+        return
+    rows, cols = weight.shape
+    b0 = d.block[0] if blocked else 1
+    step = max(b0, max(1, chunk_bytes // max(cols * 4, 1)) // b0 * b0)
+    if blocked:
+        s = np.repeat(s, d.block[1], axis=1)[:, :cols]  # the columns once; rows per chunk below
+    else:
+        s = s.reshape(s.shape + (1,) * (2 - s.ndim))  # scalar, [1], [rows] or [rows, 1]
+    r0 = 0
+    for raw in iter_raw(weight, chunk_bytes=step * (weight.nbytes // rows)):
+        w = to_f32(weight, raw).reshape(-1, cols)
+        n = w.shape[0]
+        if blocked:
+            sc = np.repeat(s[r0 // b0:-(-(r0 + n) // b0)], b0, axis=0)[:n]
+        else:
+            sc = s[r0:r0 + n] if s.shape[0] == rows and rows > 1 else s
+        yield np.multiply(w, sc, dtype=np.float32)
+        r0 += n
 
 
 def auto_outtype(inventory: Sequence[SourceTensor]) -> str:

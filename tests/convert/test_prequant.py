@@ -402,3 +402,28 @@ def test_a_scale_without_its_weight_or_of_a_wrong_dtype_is_refused(tmp_path, cli
     code, _, se = cli("convert", d, "--format", "lucebox", "-o", tmp_path / "x.gguf")
     assert code == WeightsError.exit_code and "Traceback" not in se and not (tmp_path / "x.gguf").exists()
     assert ("has no weight layers.0.mlp.nope.weight" in se) if fault == "orphan scale" else ("I8" in se), se
+
+
+@pytest.mark.parametrize("scale", ["block-f32", "block-e8m0", "per-row", "per-row-1d", "scalar"])
+def test_dequantizing_rows_at_a_time_gives_the_same_floats(tmp_path, scale):
+    """convert writes a dequantized weight a block of rows at a time (memory: one chunk's float32):
+    every chunking gives the whole tensor's dequantize bit for bit, partial blocks included."""
+    from dflash_gguf.convert.prequant import iter_dequantize
+
+    g = torch.Generator().manual_seed(0)
+    scales = {"block-f32": (torch.rand(8, 3, generator=g) + 0.5, (128, 128)),
+              "block-e8m0": (torch.randint(118, 125, (8, 3), generator=g, dtype=torch.uint8).view(torch.float8_e8m0fnu),
+                             (128, 128)),
+              "per-row": (torch.rand(1000, 1, generator=g), None), "per-row-1d": (torch.rand(1000, generator=g), None),
+              "scalar": (torch.tensor(0.5), None)}
+    s, block = scales[scale]
+    safetensors_torch.save_file({"w": torch.randn(1000, 300, generator=g).to(torch.float8_e4m3fn), "s": s},
+                                str(tmp_path / "model.safetensors"))
+    inv = {t.name: t for t in read_inventory(tmp_path)}
+    d = Dequant(inv["s"], block, True)
+    whole = dequantize(inv["w"], d)
+    for chunk_bytes in (1 << 10, 50_000, 1 << 24):
+        parts = list(iter_dequantize(inv["w"], d, chunk_bytes=chunk_bytes))
+        assert len(parts) > 1 or chunk_bytes == 1 << 24
+        got = np.concatenate(parts)
+        assert got.view(np.uint32).tobytes() == whole.view(np.uint32).tobytes(), chunk_bytes
