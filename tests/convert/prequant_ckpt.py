@@ -184,3 +184,50 @@ def ct_package(dst: Path, preset: str, **weights) -> Path:
     write_checkpoint(dst, dict(model.state_dict()), None)
     compressor.update_config(str(dst))
     return dst
+
+
+# --- against the vendored converter ------------------------------------------------------------
+
+def mainline_refs(tmp: Path, cases: list[tuple[str, Path, tuple[str, ...]]]):
+    """Each case (name, checkpoint dir, convert args) converted by the vendored mainline converter
+    (one process, a fork per job) against one SentencePiece target: ({name: (dir, args, ref GGUF,
+    exit code, log tail)}, target dir)."""
+    from tests.convert.test_llamacpp_ground_truth import llama_src, spm_target
+    from tests.llamacpp_converter import ConverterRun, log_tail, run_jobs
+
+    src = llama_src()
+    target = spm_target(tmp, json.loads((SOURCE / "config.json").read_text())["num_target_layers"])
+    runs = [ConverterRun((str(d), "--target-model-dir", str(target), "--outfile", str(tmp / f"{k}.ref.gguf"), *args),
+                         tmp / f"{k}.log") for k, d, args in cases]
+    codes = run_jobs(runs, src, parallel=2)
+    return {k: (d, args, tmp / f"{k}.ref.gguf", code, log_tail(run)) for (k, d, args), run, code
+            in zip(cases, runs, codes)}, target
+
+
+def assert_converts_like_mainline(cli, tmp_path: Path, mainline, case: str) -> tuple[Path, tuple[int, dict[str, int]]]:
+    """Our convert of ``case`` against mainline's: every key, every tensor's type and bytes (in
+    mainline's order, but for a llama-quantize outtype, laid out in llama-quantize's order:
+    convert/outtypes.py). Returns (our file, (general.file_type, tensor count per type))."""
+    from gguf import GGUFReader
+
+    from tests.convert.llamacpp_reference import assert_same_summary, gguf_summary
+
+    refs, target = mainline
+    d, args, ref, code, log = refs[case]
+    assert code == 0, log
+    ours = tmp_path / "ours.gguf"
+    c, _, se = cli("convert", d, "--target-dir", target, "-o", ours, *args)
+    assert c == 0, se
+    assert_same_summary(gguf_summary(ours), gguf_summary(ref))
+    a, b = GGUFReader(ours), GGUFReader(ref)
+    if "q8_0" not in args:
+        assert [t.name for t in a.tensors] == [t.name for t in b.tensors]
+    theirs = {t.name: t for t in b.tensors}
+    assert sorted(theirs) == sorted(t.name for t in a.tensors)
+    for x in a.tensors:
+        y = theirs[x.name]
+        assert (x.tensor_type, bytes(x.data.tobytes())) == (y.tensor_type, bytes(y.data.tobytes())), x.name
+    types: dict[str, int] = {}
+    for t in a.tensors:
+        types[t.tensor_type.name] = types.get(t.tensor_type.name, 0) + 1
+    return ours, (a.fields["general.file_type"].contents(), types)

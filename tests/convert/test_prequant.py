@@ -21,7 +21,8 @@ torch = pytest.importorskip("torch")
 safetensors_torch = pytest.importorskip("safetensors.torch")
 
 from tests.convert.prequant_ckpt import (  # noqa: E402
-    SOURCE, ct_config, ct_fp8, ct_package, fp8_block, shard, sharded_fp8, write_checkpoint,
+    SOURCE, assert_converts_like_mainline, ct_config, ct_fp8, ct_package, fp8_block, mainline_refs, shard, sharded_fp8,
+    write_checkpoint,
 )
 
 # --- dequantization, unit by unit ------------------------------------------------------------
@@ -313,19 +314,9 @@ def _package_cases(tmp: Path) -> list[tuple[str, Path, tuple[str, ...]]]:
 
 @pytest.fixture(scope="module")
 def mainline(tmp_path_factory):
-    """Each case converted by the vendored mainline converter (one process, a fork per job)."""
-    from tests.convert.test_llamacpp_ground_truth import llama_src, spm_target
-    from tests.llamacpp_converter import ConverterRun, log_tail, run_jobs
-
-    src = llama_src()
+    """Each case converted by the vendored mainline converter (``prequant_ckpt.mainline_refs``)."""
     tmp = tmp_path_factory.mktemp("prequant")
-    target = spm_target(tmp, json.loads((SOURCE / "config.json").read_text())["num_target_layers"])
-    cases = _cases(tmp)
-    runs = [ConverterRun((str(d), "--target-model-dir", str(target), "--outfile", str(tmp / f"{k}.ref.gguf"), *args),
-                         tmp / f"{k}.log") for k, d, args in cases]
-    codes = run_jobs(runs, src, parallel=2)
-    return {k: (d, args, tmp / f"{k}.ref.gguf", code, log_tail(run)) for (k, d, args), run, code
-            in zip(cases, runs, codes)}, target
+    return mainline_refs(tmp, _cases(tmp))
 
 
 # case -> (general.file_type, tensor types) mainline writes: ``auto`` is guessed from the first stored
@@ -361,33 +352,10 @@ CASE_IDS = list(EXPECTED)
 @pytest.mark.slow
 @pytest.mark.parametrize("case", CASE_IDS)
 def test_matches_llama_cpp_converter_byte_for_byte(mainline, cli, tmp_path, case):
-    from gguf import GGUFReader
-
-    from tests.convert.llamacpp_reference import assert_same_summary, gguf_summary
-
-    refs, target = mainline
-    if case not in refs:
+    if case not in mainline[0]:
         pytest.skip("needs the 'compressed-tensors' package to write the checkpoint")
-    d, args, ref, code, log = refs[case]
-    assert code == 0, log
-    ours = tmp_path / "ours.gguf"
-    c, _, se = cli("convert", d, "--target-dir", target, "-o", ours, *args)
-    assert c == 0, se
-    assert_same_summary(gguf_summary(ours), gguf_summary(ref))
-    a, b = GGUFReader(ours), GGUFReader(ref)
-    if "q8_0" not in args:
-        assert [t.name for t in a.tensors] == [t.name for t in b.tensors]
-    # a llama-quantize type is laid out in llama-quantize's tensor order (convert/outtypes.py);
-    # each tensor's bytes are still mainline's converter's (quantized from the dequantized f32)
-    theirs = {t.name: t for t in b.tensors}
-    assert sorted(theirs) == sorted(t.name for t in a.tensors)
-    for x in a.tensors:
-        y = theirs[x.name]
-        assert (x.tensor_type, bytes(x.data.tobytes())) == (y.tensor_type, bytes(y.data.tobytes())), x.name
-    types: dict[str, int] = {}
-    for t in a.tensors:
-        types[t.tensor_type.name] = types.get(t.tensor_type.name, 0) + 1
-    assert (a.fields["general.file_type"].contents(), types) == EXPECTED[case]
+    ours, types = assert_converts_like_mainline(cli, tmp_path, mainline, case)
+    assert types == EXPECTED[case]
 
 
 @pytest.mark.parametrize("fault", ["orphan scale", "int scale"])

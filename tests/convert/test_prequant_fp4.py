@@ -19,7 +19,9 @@ torch = pytest.importorskip("torch")
 safetensors_torch = pytest.importorskip("safetensors.torch")
 
 from tests.convert.conftest import QWEN_DIR  # noqa: E402
-from tests.convert.prequant_ckpt import SOURCE, shard, write_checkpoint  # noqa: E402
+from tests.convert.prequant_ckpt import (  # noqa: E402
+    SOURCE, assert_converts_like_mainline, mainline_refs, shard, write_checkpoint,
+)
 from tests.convert.prequant_fp4_ckpt import ct_nvfp4, modelopt  # noqa: E402
 
 LINEARS = [n for n, t in safetensors_torch.load_file(str(SOURCE / "model.safetensors")).items() if t.ndim == 2]
@@ -193,19 +195,9 @@ def _cases(tmp: Path) -> list[tuple[str, Path, tuple[str, ...]]]:
 
 @pytest.fixture(scope="module")
 def mainline(tmp_path_factory):
-    """Each case converted by the vendored mainline converter (one process, a fork per job)."""
-    from tests.convert.test_llamacpp_ground_truth import llama_src, spm_target
-    from tests.llamacpp_converter import ConverterRun, log_tail, run_jobs
-
-    src = llama_src()
+    """Each case converted by the vendored mainline converter (``prequant_ckpt.mainline_refs``)."""
     tmp = tmp_path_factory.mktemp("prequant-fp4")
-    target = spm_target(tmp, json.loads((SOURCE / "config.json").read_text())["num_target_layers"])
-    cases = _cases(tmp)
-    runs = [ConverterRun((str(d), "--target-model-dir", str(target), "--outfile", str(tmp / f"{k}.ref.gguf"), *args),
-                         tmp / f"{k}.log") for k, d, args in cases]
-    codes = run_jobs(runs, src, parallel=2)
-    return {k: (d, args, tmp / f"{k}.ref.gguf", code, log_tail(run)) for (k, d, args), run, code
-            in zip(cases, runs, codes)}, target
+    return mainline_refs(tmp, _cases(tmp))
 
 
 # case -> (general.file_type, tensor types): MOSTLY_NVFP4 for every float outtype; one F32 .scale and
@@ -229,27 +221,10 @@ EXPECTED = {
 @pytest.mark.slow
 @pytest.mark.parametrize("case", list(EXPECTED))
 def test_matches_llama_cpp_converter_byte_for_byte(mainline, cli, tmp_path, case):
-    from gguf import GGUFReader
-
-    from tests.convert.llamacpp_reference import assert_same_summary, gguf_summary
-
-    refs, target = mainline
-    if case not in refs:
+    if case not in mainline[0]:
         pytest.skip("needs the 'compressed-tensors' package to write the checkpoint")
-    d, args, ref, code, log = refs[case]
-    assert code == 0, log
-    ours = tmp_path / "ours.gguf"
-    c, _, se = cli("convert", d, "--target-dir", target, "-o", ours, *args)
-    assert c == 0, se
-    assert_same_summary(gguf_summary(ours), gguf_summary(ref))
-    a, b = GGUFReader(ours), GGUFReader(ref)
-    assert [t.name for t in a.tensors] == [t.name for t in b.tensors]
-    for x, y in zip(a.tensors, b.tensors):
-        assert (x.tensor_type, bytes(x.data.tobytes())) == (y.tensor_type, bytes(y.data.tobytes())), x.name
-    types: dict[str, int] = {}
-    for t in a.tensors:
-        types[t.tensor_type.name] = types.get(t.tensor_type.name, 0) + 1
-    assert (a.fields["general.file_type"].contents(), types) == EXPECTED[case]
+    ours, types = assert_converts_like_mainline(cli, tmp_path, mainline, case)
+    assert types == EXPECTED[case]
     if importlib.util.find_spec("llama_cpp") is not None:
         from tests.convert.llamacpp_reference import llama_load
 
