@@ -12,7 +12,7 @@ import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 from .errors import HubError
 
@@ -99,10 +99,14 @@ def snapshot_of(path: str | Path) -> Snapshot | None:
     return Snapshot(f"{parts[0]}/{parts[1]}", p.name)
 
 
-def resolve_dir(arg: str | Path, *, flag: str, allow_patterns: Sequence[str], progress: bool = True) -> Path:
+def resolve_dir(arg: str | Path, *, flag: str, allow_patterns: Sequence[str], progress: bool = True,
+                narrow: Callable[[Path], Sequence[str] | None] | None = None) -> Path:
     """The directory ``arg`` names: an existing local path, unchanged (a local ``org/name`` beats
     the repo of that name); else, for ``ORG/NAME[@REV]``, the cached snapshot of that repo with
     ``allow_patterns`` downloaded; else ``Path(arg)`` unchanged, for the caller's own "not found".
+    ``narrow``: given the snapshot with its small files only (config.json, the shard index, card,
+    tokenizer), the weight files to fetch instead of every ``*.safetensors`` (None: all of them);
+    a DeepSeek-V4 checkpoint's draft is a few of its 46 shards.
 
     ``flag`` names the option in messages (``--drafter``). Raises HubError (one line: what, which
     repo and revision, how to fix), or UsageError when huggingface_hub is not installed.
@@ -131,6 +135,11 @@ def resolve_dir(arg: str | Path, *, flag: str, allow_patterns: Sequence[str], pr
     if not progress:
         kwargs["tqdm_class"] = _quiet_tqdm()
     try:
+        if narrow is not None:
+            small = [p for p in allow_patterns if not p.endswith(".safetensors")]
+            only = narrow(Path(hub.snapshot_download(repo_id, revision=rev, allow_patterns=small, **kwargs)))
+            if only is not None:
+                allow_patterns = [*small, *only]
         return Path(hub.snapshot_download(repo_id, revision=rev, allow_patterns=list(allow_patterns), **kwargs))
     except Exception as exc:  # noqa: BLE001 - every Hub failure becomes one line; anything unknown re-raises
         raise _hub_error(exc, flag=flag, arg=str(arg), repo_id=repo_id, rev=rev) from exc

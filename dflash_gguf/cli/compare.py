@@ -74,7 +74,10 @@ def compare_cmd(
     try:
         tolerances = parse_tolerances(tolerance or [])
         # A repo id (ORG/NAME[@REV]) becomes its cached snapshot; a local path stays as typed.
-        source = resolve_dir(source, flag="compare-weights", allow_patterns=DRAFTER_FILES, progress=progress and o.text)
+        from ..config.deepseek_v4 import hub_files
+
+        source = resolve_dir(source, flag="compare-weights", allow_patterns=DRAFTER_FILES, progress=progress and o.text,
+                             narrow=hub_files)
         total = _planned_bytes(gguf)
         with byte_progress(total, f"comparing {gguf.name}", enabled=progress and o.text) as advance:
             r = compare(source, gguf, tolerances=tolerances, requantize=not no_requantize, workers=workers,

@@ -59,7 +59,10 @@ def convert_cmd(
     named_now = output is not None and "{" not in output.name and not _is_dir(output)
     if named_now and not dry_run:
         check_output(output, inputs=input_paths(drafter_dir, target_gguf, target_dir), force=force)
-    drafter_dir = resolve_dir(drafter_dir, flag="convert", allow_patterns=DRAFTER_FILES, progress=not json_out)
+    from ..config.deepseek_v4 import hub_files
+
+    drafter_dir = resolve_dir(drafter_dir, flag="convert", allow_patterns=DRAFTER_FILES, progress=not json_out,
+                              narrow=hub_files)
     if target_dir is not None:
         target_dir = resolve_dir(target_dir, flag="--target-dir", allow_patterns=TARGET_CONFIG_FILES,
                                  progress=not json_out)

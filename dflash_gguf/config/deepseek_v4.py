@@ -146,3 +146,21 @@ def _yarn(raw: dict[str, Any], path: Path) -> YarnScaling | None:
     attn = "attention_factor" if rs.get("attention_factor") is not None else "attn_factor"
     return YarnScaling(num("factor"), num("original_max_position_embeddings", int), num("extrapolation_factor"),
                        num(attn), num("beta_fast"), num("beta_slow"))
+
+
+def hub_files(snapshot: Path) -> list[str] | None:
+    """For a Hub download (``hub.resolve_dir``'s ``narrow``): the shards a DeepSeek-V4 checkpoint's
+    index lists ``mtp.*`` tensors in, as llama.cpp's ``--remote`` fetches them for ``--dspark``
+    (``DeepseekV4DSparkModel.index_tensors``); None for any other checkpoint (all its weights).
+    A config or index that does not read is None too: the conversion then says what is wrong."""
+    import json
+
+    try:
+        raw = json.loads((snapshot / "config.json").read_text(encoding="utf-8"))
+        index = json.loads((snapshot / "model.safetensors.index.json").read_text(encoding="utf-8"))
+        weight_map = index["weight_map"]
+        if not (isinstance(raw, dict) and is_dsv4_dspark(raw) and isinstance(weight_map, dict)):
+            return None
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return sorted({str(f) for n, f in weight_map.items() if str(n).startswith("mtp.")})

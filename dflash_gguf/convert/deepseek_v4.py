@@ -250,3 +250,4 @@ def repack_experts(sources: Sequence[SourceTensor]) -> Iterator[np.ndarray | Zer
         blocks[..., 0] = scale
         blocks[..., 1:] = vals[..., :16] | (vals[..., 16:] << 4)
         yield blocks
+

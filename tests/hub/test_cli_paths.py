@@ -196,3 +196,31 @@ def test_the_target_dir_fetches_no_weights():
     from dflash_gguf.hub import TARGET_CONFIG_FILES
 
     assert not any("safetensors" in p or p.endswith((".bin", ".pt", ".gguf")) for p in TARGET_CONFIG_FILES)
+
+
+def test_a_deepseek_v4_repo_fetches_only_the_draft_shards(cli, hf_cache, tmp_path, monkeypatch):
+    """`convert deepseek-ai/…-DSpark`: the draft is a few of a DeepSeek-V4 checkpoint's shards, so
+    the download asks for the small files first, then only the shards the index lists mtp.* in
+    (as mainline's --remote --dspark), never every *.safetensors (160 GB)."""
+    pytest.importorskip("torch")
+    import huggingface_hub
+
+    from tests.conftest import TARGETS
+    from tests.convert.dsv4_ckpt import write_dsv4_checkpoint
+
+    d = write_dsv4_checkpoint(tmp_path / "ckpt")
+    (d / "model-00001-of-00002.safetensors").unlink()  # the main model: not in the cache at all
+    add_snapshot(hf_cache, "dflash-test/dsv4-dspark", d)
+    asked = []
+    real = huggingface_hub.snapshot_download
+
+    def spy(*args, **kwargs):
+        asked.append(list(kwargs.get("allow_patterns") or []))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", spy)
+    out = tmp_path / "draft.gguf"
+    code, _, err = cli("convert", "dflash-test/dsv4-dspark", "--target-gguf", TARGETS / "llama-tiny.gguf", "-o", out)
+    assert code == 0, err
+    assert len(asked) == 2 and not any(p.endswith(".safetensors") for p in asked[0])
+    assert [p for p in asked[1] if p.endswith(".safetensors")] == ["model-00002-of-00002.safetensors"]
