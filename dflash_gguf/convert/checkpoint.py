@@ -140,8 +140,10 @@ def write_conversion(conv: Conversion, out: str | Path, *, force: bool = False,
                      progress: Callable[[int], None] | None = None) -> ConvertResult:
     """Write a planned conversion (atomic, deterministic, streaming: one tensor in memory at a time)."""
     by_name = {t.name: t for t in conv.inventory}
-    # pack-quantized weights are not stored as such: their stand-ins (convert/prequant_packed.py)
-    by_name |= {n: d.stand_in for n, d in conv.plan.dequant.items() if n not in by_name}
+    # pack-quantized and GPTQ weights are not stored as such, BitNet's are stored packed: their
+    # stand-ins, of the dequantized shape (convert/prequant_packed.py, prequant_gptq.py, prequant_bitnet.py)
+    by_name |= {n: d.stand_in for n, d in conv.plan.dequant.items()
+                if n not in by_name or getattr(d, "bitnet", False)}
     plan = conv.plan
     tensors = [TensorOut(p.dst, p.shape, p.ggml_type, p.nbytes, _producer(p, by_name, conv)) for p in plan.tensors]
     report = write_gguf(out, plan.arch, plan.kvs, tensors, force=force, inputs=conv.inputs, progress=progress)

@@ -157,7 +157,7 @@ def route_tensors(cfg: DrafterConfig, fmt: Format, inventory: Sequence[SourceTen
     prequant = split(cfg.quantization, by_name, where)
     added = prequant.added if prequant is not None else {}
     if prequant is not None:  # scales are folded into their weights: not tensors of their own
-        by_name = {n: t for n, t in by_name.items() if n not in prequant.consumed} | added
+        by_name = {n: prequant.replaced.get(n, t) for n, t in by_name.items() if n not in prequant.consumed} | added
     extra = {n: t for n, t in extra_sources.items() if n not in by_name} if extra_sources else {}
     by_name.update(extra)
     fam = plan_extension(cfg, expected_shapes(cfg, target_hidden), by_name, where)

@@ -39,6 +39,8 @@ class Prequantized:
     consumed: frozenset[str]  # scale tensors folded into their weights, and unused activation scales
     # weights not stored as such (pack-quantized): stand-ins the plan routes, after every stored tensor
     added: dict[str, SourceTensor] = field(default_factory=dict)
+    # weights stored packed and dequantized in place (BitNet): stand-ins of their dequantized shape
+    replaced: dict[str, SourceTensor] = field(default_factory=dict)
 
 
 def _blocks(block: tuple[int, ...] | None) -> str:
@@ -115,17 +117,23 @@ def _gptq(q: QuantizationConfig, by_name: Mapping[str, SourceTensor], where: str
     return split_gptq(q, by_name, where)
 
 
+def _bitnet(q: QuantizationConfig, by_name: Mapping[str, SourceTensor], where: str):
+    """BitNet: ternary codes and weight_scale dequantized in place (``convert/prequant_bitnet.py``)."""
+    from .prequant_bitnet import split_bitnet
+
+    label, weights, consumed, replaced = split_bitnet(q, by_name, where)
+    return Prequantized(label, weights, frozenset(consumed), replaced=replaced)
+
+
 METHODS: dict[str, Callable] = {"fp8": _fp8, "compressed-tensors": _compressed_tensors, "modelopt": _modelopt,
-                                "gptq": _gptq}
+                                "gptq": _gptq, "bitnet": _bitnet}
 
 _CT_FORMATS = {
     "mixed-precision": "refuses it too (it reads mixed-precision only when every group is nvfp4-pack-quantized)",
     "int-quantized": "dequantizes its int8 weights to the outtype",
     "naive-quantized": "dequantizes its int8 weights to the outtype",
 }
-REFUSED = {
-    "bitnet": "dequantizes its ternary weights (weight_scale) to the outtype",
-}
+REFUSED: dict[str, str] = {}  # every method mainline's dequant_model reads is read here too
 
 
 def refusal(q: QuantizationConfig) -> str:
@@ -210,6 +218,10 @@ def dequantize(weight: SourceTensor, d: Dequant) -> np.ndarray:
         from .prequant_gptq import dequantize_gptq
 
         return dequantize_gptq(d)
+    if getattr(d, "bitnet", False):
+        from .prequant_bitnet import dequantize_bitnet
+
+        return dequantize_bitnet(d)
     if not isinstance(d, Dequant):
         from .prequant_packed import dequantize_packed
 

@@ -74,11 +74,13 @@ def read_safetensors(model_dir: str | Path, cfg: DrafterConfig | None = None) ->
         short = t.name.removeprefix("model.")
         if pre is not None and short in pre.consumed:
             continue
+        shape = t.shape
         if pre is not None and short in pre.weights:
             data = dequantize(t, pre.weights[short])
+            shape = pre.replaced[short].shape if short in pre.replaced else shape  # BitNet: unpacked in place
         else:
             data = to_f32(t) if t.dtype in FLOAT_DTYPES else read_raw(t)
-        tensors[t.name] = to_torch(data.reshape(t.shape))
+        tensors[t.name] = to_torch(data.reshape(shape))
     for name, stand_in in (pre.added.items() if pre is not None else ()):  # pack-quantized weights
         tensors[name] = to_torch(dequantize(stand_in, pre.weights[name]).reshape(stand_in.shape))
     return tensors

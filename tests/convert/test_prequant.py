@@ -92,10 +92,9 @@ def test_a_scale_that_does_not_fit_is_refused(tmp_path, cli):
     assert "Traceback" not in se and not (tmp_path / "x.gguf").exists()
 
 
-# --- refusals (NVFP4 and GPTQ are read: tests/convert/test_prequant_fp4.py, test_prequant_gptq.py) ---
+# --- refusals (NVFP4, GPTQ and BitNet are read: tests/convert/test_prequant_fp4.py, _gptq.py, _bitnet.py) ---
 
 REFUSALS = [
-    ({"quant_method": "bitnet"}, "'bitnet'", "ternary"),
     ({"quant_method": "awq", "bits": 4}, "'awq'", "refuses it too"),
     ({**ct_config("group"), "format": "pack-quantized"}, "'compressed-tensors' format 'pack-quantized'",
      "refuses it too (it reads int weights of group strategy"),

@@ -78,7 +78,7 @@ def test_mask_embedding_file_is_checked(tmp_path, obj, match):
         load_drafter(d)
 
 
-@pytest.mark.parametrize("kind", ["fp8", "w4a16"])
+@pytest.mark.parametrize("kind", ["fp8", "w4a16", "bitnet"])
 def test_a_pre_quantized_drafter_loads_as_convert_dequantizes_it(cli, tmp_path, kind):
     """The reference (parity's drafter) reads a pre-quantized checkpoint as convert does: its
     weights equal, bit for bit, those of the F32 GGUF convert writes from it."""
@@ -87,6 +87,10 @@ def test_a_pre_quantized_drafter_loads_as_convert_dequantizes_it(cli, tmp_path, 
 
     if kind == "fp8":
         d = fp8_block(tmp_path / "fp8")
+    elif kind == "bitnet":  # unpacked in place: the weight keeps its name, its shape is 4x the rows stored
+        from tests.convert.test_prequant_bitnet import bitnet
+
+        d = bitnet(tmp_path / "bitnet")
     else:
         pytest.importorskip("compressed_tensors", reason="compressed-tensors is not installed (the test extra)")
         d = ct_package(tmp_path / "w4", "W4A16", group_size=32)
