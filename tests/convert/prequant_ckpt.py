@@ -186,6 +186,35 @@ def ct_package(dst: Path, preset: str, **weights) -> Path:
     return dst
 
 
+# --- BitNet: ternary codes four to a byte (convert/prequant_bitnet.py) ---------------------------------
+
+BITNET = {"quant_method": "bitnet", "linear_class": "autobitlinear", "quantization_mode": "offline"}
+
+
+def pack_ternary(w: "torch.Tensor", scale_dtype=torch.float32) -> tuple["torch.Tensor", "torch.Tensor"]:
+    """BitNet b1.58's offline packing: codes round(w × s) clipped to {-1, 0, 1}, s = 1 / mean|w|
+    (the stored, inverted scale), code + 1 in 2 bits; row ``k * rows/4 + i`` in bits 2k of byte row i."""
+    s = 1.0 / w.abs().mean().clamp(min=1e-5)
+    q = (w * s).round().clamp(-1, 1).to(torch.int32) + 1  # 0, 1, 2
+    r4 = w.shape[0] // 4
+    packed = torch.zeros((r4, *w.shape[1:]), dtype=torch.int32)
+    for k in range(4):
+        packed |= q[k * r4:(k + 1) * r4] << (2 * k)
+    return packed.to(torch.uint8), s.reshape(1).to(scale_dtype)
+
+
+def bitnet(dst: Path, *, keep=(), scale_dtype=torch.float32) -> Path:
+    """qwen3-flat with its 2-D weights BitNet-packed (U8 ``X.weight`` + ``X.weight_scale``) but those in ``keep``."""
+    state = safetensors_torch.load_file(str(SOURCE / "model.safetensors"))
+    out = {}
+    for n, w in state.items():
+        if w.ndim == 2 and n not in keep:
+            out[n], out[n + "_scale"] = pack_ternary(w.float(), scale_dtype)
+        else:
+            out[n] = w
+    return write_checkpoint(dst, out, BITNET)
+
+
 # --- against the vendored converter ------------------------------------------------------------
 
 def mainline_refs(tmp: Path, cases: list[tuple[str, Path, tuple[str, ...]]]):

@@ -88,7 +88,7 @@ def test_a_pre_quantized_drafter_loads_as_convert_dequantizes_it(cli, tmp_path, 
     if kind == "fp8":
         d = fp8_block(tmp_path / "fp8")
     elif kind == "bitnet":  # unpacked in place: the weight keeps its name, its shape is 4x the rows stored
-        from tests.convert.test_prequant_bitnet import bitnet
+        from tests.convert.prequant_ckpt import bitnet
 
         d = bitnet(tmp_path / "bitnet")
     else:
