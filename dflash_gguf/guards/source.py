@@ -70,6 +70,7 @@ def resolve_source(arg: str | Path, *, progress: bool = True) -> Source:
         ConfigError: no config.json there, or not a DFlash drafter's.
     """
     from ..config import parse_config
+    from ..config.deepseek_v4 import is_dsv4_dspark
     from ..config.values import read_config_json
     from ..hub import DRAFTER_CONFIG_FILES, parse_repo_id, resolve_dir, snapshot_of
 
@@ -82,6 +83,10 @@ def resolve_source(arg: str | Path, *, progress: bool = True) -> Source:
     try:
         raw, cfg_path = read_config_json(path, "not found; --source needs the drafter checkpoint's config.json "
                                                "(the dir it was converted from, or ORG/NAME[@REVISION])")
+        if is_dsv4_dspark(raw):  # its draft's shapes come from the weights' index, not from config.json alone
+            raise ConfigError(f"{cfg_path}: a DeepSeek-V4 checkpoint carrying a DSpark draft: --source compares "
+                              "DFlash/DSpark drafter configs; compare the file with the checkpoint itself: "
+                              f"dflash-gguf compare-weights {text} FILE.gguf")
         cfg = parse_config(raw, cfg_path)
     except ConfigError as exc:
         raise ConfigError(f"--source {text}: {exc}") from None

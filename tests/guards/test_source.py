@@ -214,3 +214,15 @@ def test_the_source_cli_errors_are_one_line(cli, converted, tmp_path):
         (line,) = err.strip().splitlines()
         assert line.startswith(f"error: --source {src}: ")
         assert out.strip().splitlines() == [out.strip()] and out.startswith(f"check: ERROR (exit {code}): ")
+
+
+def test_a_deepseek_v4_checkpoint_is_sent_to_compare_weights(tmp_path):
+    """A DeepSeek-V4 checkpoint's draft is sized by its weights' index, not its config.json alone:
+    --source says so in one line and names the command that compares the file with it."""
+    d = tmp_path / "dsv4"
+    d.mkdir()
+    shutil.copyfile(FIXTURES / "published" / "deepseek-v4-flash-dspark" / "config.json", d / "config.json")
+    with pytest.raises(ConfigError) as exc:
+        resolve_source(d)
+    msg = str(exc.value)
+    assert "DeepSeek-V4" in msg and f"compare-weights {d}" in msg and "\n" not in msg
