@@ -10,7 +10,7 @@ floats are compared at the precision GGUF stores them (float32).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -70,7 +70,13 @@ def compare_constants(cfg: DrafterConfig, fmt: Format, routes: Routes, f: GGUFFi
     our_arch, kvs = fmt.kvs(meta)
     ours = {kv.key.replace(f"{our_arch}.", f"{arch}.", 1): kv for kv in kvs if _compared(kv.key, our_arch)}
     theirs = {k: kv for k, kv in f.kvs.items() if _compared(k, arch)}
-    sources = _sources(cfg, fmt, arch)
+    return pair_constants(ours, theirs, our_arch, arch, _sources(cfg, fmt, arch))
+
+
+def pair_constants(ours: dict[str, KV], theirs: dict[str, KV], our_arch: str, arch: str,
+                   sources: Callable[[str], str]) -> list[ConstantComparison]:
+    """Key by key, what convert writes (``ours``) against the file's (``theirs``), both under the
+    file's arch; ``sources(key)`` says where each value of ours comes from."""
     out = []
     if our_arch != arch:
         out.append(ConstantComparison("general.architecture", our_arch, arch, "the format and config.json", DIFFERS))

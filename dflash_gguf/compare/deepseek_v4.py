@@ -30,8 +30,8 @@ from ..errors import ConfigError
 from ..fileio.gguf_reader import GGUFFile
 from ..fileio.safetensors import SourceTensor
 from ..formats.meta import MASK_ID
-from .constants import ConstantComparison, _compared, _equal
-from .report import CONST_EXTRA, CONST_MISSING, DIFFERS, EXTRA, MISSING, OUT, SAME, CompareReport, TensorComparison
+from .constants import ConstantComparison, _compared, pair_constants
+from .report import EXTRA, MISSING, OUT, CompareReport, TensorComparison
 from .sides import Files, Side, dequant_side
 
 if TYPE_CHECKING:
@@ -188,19 +188,7 @@ def dsv4_constants(cfg: DSV4DSparkConfig, plan: ConversionPlan, f: GGUFFile) -> 
     arch = f.arch or ""
     ours = {kv.key.replace(f"{plan.arch}.", f"{arch}.", 1): kv for kv in plan.kvs if _compared(kv.key, plan.arch)}
     theirs = {k: kv for k, kv in f.kvs.items() if _compared(k, arch)}
-    out = []
-    if plan.arch != arch:
-        out.append(ConstantComparison("general.architecture", plan.arch, arch, "the format and config.json", DIFFERS))
-    for key in [*ours, *(k for k in theirs if k not in ours)]:
-        a, b = ours.get(key), theirs.get(key)
-        src = _source(cfg, key, arch)
-        if b is None:
-            out.append(ConstantComparison(key, a.value, None, src, CONST_MISSING))
-        elif a is None:
-            out.append(ConstantComparison(key, None, b.value, src, CONST_EXTRA))
-        else:
-            out.append(ConstantComparison(key, a.value, b.value, src, SAME if _equal(a, b) else DIFFERS))
-    return out
+    return pair_constants(ours, theirs, plan.arch, arch, lambda key: _source(cfg, key, arch))
 
 
 def _source(cfg: DSV4DSparkConfig, key: str, arch: str) -> str:
