@@ -68,6 +68,10 @@ def plan_dsv4(cfg: DSV4DSparkConfig, fmt: Format, inventory: Sequence[SourceTens
                          "experts MXFP4); convert with --outtype auto, then 'dflash-gguf quantize' the file")
     where = str(cfg.path.parent)
     staged = {t.name: s for t in inventory if (s := _stage(t)) is not None}
+    stray = [t.name for t in inventory if t.name.startswith("mtp.") and t.name not in staged]
+    if stray:  # mainline: "Unexpected DSpark tensor"
+        raise WeightsError(f"{where}: {stray[0]:.120} is not a tensor of a DSpark stage (mtp.<stage>.<name>); the "
+                           "checkpoint is corrupt or not a DeepSeek-V4 DSpark release")
     if not staged:
         raise WeightsError(f"{where}: no mtp.* tensor; this DeepSeek-V4 checkpoint carries no DSpark draft")
     by_name = {t.name: t for t in inventory}

@@ -49,7 +49,7 @@ EXPERT_RE = re.compile(r"ffn\.experts\.(\d+)\.(w[123])\.(weight|scale)$")
 # a stage's tensors mainline drops: the multimodal hash routing (``DeepseekV4DSparkModel.modify_tensors``)
 DROPPED = {"ffn.gate.bias_vl": "image-token routing bias, not part of the dflash arch",
            "ffn.gate.tid2eid": "hash-routing table, not part of the dflash arch"}
-STAGE_RE = re.compile(r"mtp\.(\d+)\.(.+)$")
+STAGE_RE = re.compile(r"mtp\.(\d{1,5})\.(.+)$")  # more digits than a real stage count: not a stage
 HC_KEY = "hyper_connection.count"  # present only in this family's files: how a reader tells them apart
 MXFP4_MOE = 38  # general.file_type: llama_ftype LLAMA_FTYPE_MOSTLY_MXFP4_MOE, what mainline writes
 

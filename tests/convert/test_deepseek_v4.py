@@ -273,3 +273,11 @@ def test_retarget_keeps_the_file_and_refuses_other_formats(tmp_path, cli):
     assert (tmp_path / "same.gguf").read_bytes() == src.read_bytes()
     code, _, err = cli("retarget", src, "--format", "lucebox", "-o", tmp_path / "l.gguf")
     assert code == 2 and "only in mainline llama.cpp" in err and not (tmp_path / "l.gguf").exists()
+
+
+def test_a_stage_index_past_any_real_one_is_refused(tmp_path, cli):
+    """mtp.<6 digits or more>: not a stage (mainline: "Unexpected DSpark tensor"); one line, no
+    attempt to size a model by it."""
+    d = _edit_draft(write_dsv4_checkpoint(tmp_path / "c"), add={"mtp." + "9" * 40 + ".norm.weight": torch.ones(4)})
+    code, _, err = cli("convert", d, "--target-gguf", SMALL_TARGET, "-o", tmp_path / "o.gguf")
+    assert code == 4 and "is not a tensor of a DSpark stage" in err and len(err.strip().splitlines()) == 1, err
