@@ -149,8 +149,8 @@ def _experts(cfg: DSV4DSparkConfig, found: dict, n_stages: int, where: str) -> d
     for stage in range(n_stages):
         for proj, gguf in names.EXPERTS:
             by_id = found.get((stage, proj), {})
-            missing = [e for e in range(cfg.n_routed_experts) if e not in by_id]
-            if missing or len(by_id) != cfg.n_routed_experts:
+            # counted before any loop over n_routed_experts: a hostile config may say 2^31 - 1
+            if len(by_id) != cfg.n_routed_experts or any(e not in by_id for e in range(len(by_id))):
                 raise WeightsError(f"{where}: stage {stage} has {len(by_id)} of {cfg.n_routed_experts} routed experts' "
                                    f"{proj} (n_routed_experts); the checkpoint is incomplete or config.json is not its")
             w0, s0 = by_id[0]

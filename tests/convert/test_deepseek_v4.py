@@ -281,3 +281,11 @@ def test_a_stage_index_past_any_real_one_is_refused(tmp_path, cli):
     d = _edit_draft(write_dsv4_checkpoint(tmp_path / "c"), add={"mtp." + "9" * 40 + ".norm.weight": torch.ones(4)})
     code, _, err = cli("convert", d, "--target-gguf", SMALL_TARGET, "-o", tmp_path / "o.gguf")
     assert code == 4 and "is not a tensor of a DSpark stage" in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_an_expert_count_far_past_the_checkpoints_is_one_line_at_once(tmp_path, cli):
+    d = write_dsv4_checkpoint(tmp_path / "c")
+    cfg = json.loads((d / "config.json").read_text())
+    (d / "config.json").write_text(json.dumps({**cfg, "n_routed_experts": 2**31 - 1}))
+    code, _, err = cli("convert", d, "--target-gguf", SMALL_TARGET, "-o", tmp_path / "o.gguf")
+    assert code == 4 and "4 of 2147483647 routed experts" in err, err
