@@ -107,12 +107,17 @@ def _sources(cfg: DrafterConfig, fmt: Format, arch: str):
             return "the fc tensor's width (taps × target hidden)"
         if field is None:
             return "the drafter family's rules (config.json and checkpoint)"
-        where = cfg.sources.get(field)
-        if where == "default":
-            return f"the default for {field}"
-        return where or f"config.json ({field})"
+        return field_source(cfg.sources, field)
 
     return source
+
+
+def field_source(sources: dict[str, str], field: str) -> str:
+    """Where config field ``field``'s value came from, as a constant's message names it."""
+    where = sources.get(field)
+    if where == "default":
+        return f"the default for {field}"
+    return where or f"config.json ({field})"
 
 
 def _equal(a: KV, b: KV) -> bool:

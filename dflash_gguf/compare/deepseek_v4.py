@@ -30,7 +30,7 @@ from ..errors import ConfigError
 from ..fileio.gguf_reader import GGUFFile
 from ..fileio.safetensors import SourceTensor
 from ..formats.meta import MASK_ID
-from .constants import ConstantComparison, _compared, pair_constants
+from .constants import ConstantComparison, _compared, field_source, pair_constants
 from .report import EXTRA, MISSING, OUT, CompareReport, TensorComparison
 from .sides import Files, Side, dequant_side
 
@@ -203,7 +203,4 @@ def _source(cfg: DSV4DSparkConfig, key: str, arch: str) -> str:
         field = _FIELDS.get(suffix)
     if field is None:
         return "the DeepSeek-V4 DSpark plan (config.json)"
-    where = cfg.sources.get(field)
-    if where == "default":
-        return f"the default for {field}"
-    return where or f"config.json ({field})"
+    return field_source(cfg.sources, field)

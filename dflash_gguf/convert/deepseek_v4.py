@@ -100,7 +100,7 @@ def plan_dsv4(cfg: DSV4DSparkConfig, fmt: Format, inventory: Sequence[SourceTens
             continue
         dst = names.gguf_name(rest, stage)
         if dst is None:
-            raise WeightsError(f"{where}: {t.name} is not a tensor of a DeepSeek-V4 DSpark stage llama.cpp's "
+            raise WeightsError(f"{where}: {t.name:.120} is not a tensor of a DeepSeek-V4 DSpark stage llama.cpp's "
                                "converter knows; refusing to guess where it goes")
         scale = by_name.get(t.name.removesuffix("weight") + "scale") if t.name.endswith(".weight") else None
         qtype, reason, src_dtype = _type(t, scale, where)

@@ -45,7 +45,7 @@ LAYER = {
 }
 # routed experts, stacked per stage into one MXFP4 tensor each, in this order
 EXPERTS = (("w1", "ffn_gate_exps.weight"), ("w2", "ffn_down_exps.weight"), ("w3", "ffn_up_exps.weight"))
-EXPERT_RE = re.compile(r"ffn\.experts\.(\d+)\.(w[123])\.(weight|scale)$")
+EXPERT_RE = re.compile(r"ffn\.experts\.(\d{1,7})\.(w[123])\.(weight|scale)$")
 # a stage's tensors mainline drops: the multimodal hash routing (``DeepseekV4DSparkModel.modify_tensors``)
 DROPPED = {"ffn.gate.bias_vl": "image-token routing bias, not part of the dflash arch",
            "ffn.gate.tid2eid": "hash-routing table, not part of the dflash arch"}

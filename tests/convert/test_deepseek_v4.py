@@ -281,6 +281,11 @@ def test_a_stage_index_past_any_real_one_is_refused(tmp_path, cli):
     d = _edit_draft(write_dsv4_checkpoint(tmp_path / "c"), add={"mtp." + "9" * 40 + ".norm.weight": torch.ones(4)})
     code, _, err = cli("convert", d, "--target-gguf", SMALL_TARGET, "-o", tmp_path / "o.gguf")
     assert code == 4 and "is not a tensor of a DSpark stage" in err and len(err.strip().splitlines()) == 1, err
+    # an expert id as long: not a routed expert, so not a tensor mainline knows
+    e = _edit_draft(write_dsv4_checkpoint(tmp_path / "e"),
+                    add={f"mtp.0.ffn.experts.{'7' * 5000}.w1.weight": torch.zeros(64, 128, dtype=torch.int8)})
+    code, _, err = cli("convert", e, "--target-gguf", SMALL_TARGET, "-o", tmp_path / "o.gguf")
+    assert code == 4 and "llama.cpp's converter knows" in err and len(err.strip().splitlines()) == 1, err
 
 
 def test_an_expert_count_far_past_the_checkpoints_is_one_line_at_once(tmp_path, cli):
