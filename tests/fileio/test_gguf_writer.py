@@ -390,3 +390,23 @@ def test_copying_bytes_imports_neither_numpy_nor_gguf_py(tmp_path):
     assert r.stdout.split() == ["[]"]
     f = read_gguf(out)
     assert [f.raw(e).tobytes() for e in f.tensors] == [bytes(range(3, 35)), bytes(range(32))]
+
+
+
+def test_a_zeros_chunk_is_the_zero_bytes_it_stands_for(tmp_path):
+    """``Zeros(n)`` (a producer's known-zero run, e.g. a hole of a sparse source) gives the same
+    file as n zero bytes handed over as data, between dense chunks and as a whole tensor."""
+    from dflash_gguf.fileio.span_copy import Zeros
+
+    rng = np.random.default_rng(3)
+    head, tail = rng.standard_normal(1000, dtype=np.float32), rng.standard_normal(24, dtype=np.float32)
+    gap = 3024
+    n = head.size + gap + tail.size
+
+    def t(name, chunks):
+        return TensorOut(name, (n,), F32, 4 * n, lambda: iter(chunks))
+
+    a, b = tmp_path / "a.gguf", tmp_path / "b.gguf"
+    write_gguf(a, "test", KVS, [t("x", [head, Zeros(4 * gap), tail]), t("y", [Zeros(4 * n)])])
+    write_gguf(b, "test", KVS, [t("x", [head, np.zeros(gap, np.float32), tail]), t("y", [np.zeros(n, np.float32)])])
+    assert a.read_bytes() == b.read_bytes()

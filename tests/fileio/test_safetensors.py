@@ -223,3 +223,39 @@ def test_range_past_the_end_of_a_sparse_file_is_still_a_short_read(tmp_path):
     t = SourceTensor("w", "F32", (4 << 20,), path, offset=0, nbytes=16 << 20)
     with pytest.raises(WeightsError, match="ends early"):
         list(iter_raw(t))
+
+
+def test_e8m0_scales_decode_as_torchs_float8_e8m0fnu():
+    """F8_E8M0 (MX block scales, DeepSeek-V4's): 2^(b - 127), 0xFF NaN, every byte as torch decodes it."""
+    torch = pytest.importorskip("torch")
+    from dflash_gguf.fileio.safetensors import fp8_table
+
+    want = torch.arange(256, dtype=torch.uint8).view(torch.float8_e8m0fnu).float().numpy()
+    assert fp8_table("F8_E8M0").view(np.uint32).tobytes() == want.view(np.uint32).tobytes()
+
+
+def test_is_hole_tells_a_sparse_tensor_from_written_bytes(tmp_path):
+    """A tensor whose bytes all lie in a hole of a sparse file reads as zeros without being read."""
+    from dflash_gguf.fileio.safetensors import is_hole
+
+    # pads of 8 KiB keep a's bytes clear of the header's and b's filesystem blocks
+    spans = {"pad0": 2048, "a": 1 << 18, "pad1": 2048, "b": 4}
+    entries, at = {}, 0
+    for name, n in spans.items():
+        entries[name] = {"dtype": "F32", "shape": [n], "data_offsets": [at, at + 4 * n]}
+        at += 4 * n
+    header = json.dumps(entries).encode()
+    header += b" " * (-len(header) % 8)
+    path = tmp_path / "model.safetensors"
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(header)) + header)
+        f.truncate(8 + len(header) + at)  # every tensor byte a hole
+    t = {x.name: x for x in read_header(path)}
+    a, b = t["a"], t["b"]
+    if not is_hole(a):
+        pytest.skip("this filesystem stores holes as data")
+    assert is_hole(b)
+    with open(path, "r+b") as f:  # b written: no longer a hole
+        f.seek(b.offset)
+        f.write(np.ones(4, np.float32).tobytes())
+    assert not is_hole(b) and is_hole(a)
