@@ -82,10 +82,11 @@ def _fp8(q: QuantizationConfig, by_name: Mapping[str, SourceTensor], where: str)
 def _compressed_tensors(q: QuantizationConfig, by_name: Mapping[str, SourceTensor], where: str):
     """compressed-tensors ``float-quantized`` (FP8 per channel or per block): ``W_scale``;
     ``pack-quantized`` (int group-quantized, ``convert/prequant_packed.py``)."""
-    if q.nvfp4:  # nvfp4-pack-quantized (or mixed-precision of it): repacked (convert/prequant_fp4.py)
-        from .prequant_fp4 import compressed_tensors_nvfp4
+    if q.nvfp4:  # nvfp4-pack-quantized (or mixed-precision of it): every weight repacked (convert/prequant_fp4.py)
+        from .prequant_fp4 import split_nvfp4
 
-        return compressed_tensors_nvfp4(q, by_name, where)
+        weights, consumed, added = split_nvfp4(q, by_name, where)
+        return Prequantized("compressed-tensors NVFP4", dict(weights), frozenset(consumed), added)
     if q.format == "pack-quantized":
         from .prequant_packed import split_packed, usable
 
@@ -104,10 +105,28 @@ def _compressed_tensors(q: QuantizationConfig, by_name: Mapping[str, SourceTenso
 
 
 def _modelopt(q: QuantizationConfig, by_name: Mapping[str, SourceTensor], where: str):
-    """ModelOpt: NVFP4 weights repacked, FP8 ones dequantized (``convert/prequant_fp4.py``)."""
-    from .prequant_fp4 import modelopt
+    """quant_method ``modelopt``: NVFP4 weights (when the config says NVFP4) repacked
+    (``convert/prequant_fp4.py``), then ``dequant_model``'s modelopt branch: each remaining
+    ``*.weight_scale`` dequantizes its weight (scales without a weight, and activation / k / v
+    scales, are dropped). Mainline skips that branch when NVFP4 left no ``*.weight_scale``."""
+    from .prequant_fp4 import split_nvfp4
 
-    return modelopt(q, by_name, where)
+    weights, consumed, added = split_nvfp4(q, by_name, where) if q.nvfp4 else ({}, set(), {})
+    rest = {n: t for n, t in by_name.items() if n not in consumed and n not in weights}
+    deq: dict = {}
+    if not q.nvfp4 or any(n.endswith((".weight_scale", ".weight_scale_inv")) for n in rest):
+        for n in rest:
+            if n.endswith(".weight_scale"):
+                w = n.removesuffix("_scale")
+                if w not in rest:
+                    consumed.add(n)
+                    continue
+                _pair(rest, n, w, None, rest[w].dtype in FP8_DTYPES, where, deq, consumed)
+            if n.endswith((".input_scale", ".k_scale", ".v_scale")):
+                consumed.add(n)
+    kinds = ["NVFP4"] * bool(weights) + ["FP8, per-tensor scales"] * bool(deq)
+    return Prequantized(f"modelopt {q.quant_algo or '?'}: {' + '.join(kinds) or 'nothing quantized'}",
+                        {**weights, **deq}, frozenset(consumed), added)
 
 
 def _gptq(q: QuantizationConfig, by_name: Mapping[str, SourceTensor], where: str):

@@ -19,7 +19,7 @@ from ..config.quantization import QuantizationConfig
 from ..errors import UsageError, WeightsError
 from ..fileio.gguf_constants import GGMLQuantizationType as Q
 from ..fileio.gguf_constants import GGUFValueType as T
-from ..fileio.safetensors import FP8_DTYPES, SourceTensor, read_raw, to_f32
+from ..fileio.safetensors import SourceTensor, read_raw, to_f32
 from ..fileio.types import KV
 
 if TYPE_CHECKING:
@@ -132,40 +132,6 @@ def _check_layers(q: QuantizationConfig, by_name: Mapping[str, SourceTensor], wh
         if k.removeprefix("model.") not in modules:
             raise WeightsError(f"{q.where}: quantized_layers entry {k!r} is not a module of the checkpoint in {where}; "
                                "llama.cpp's converter fails on it too (an assertion). Fix or remove the entry")
-
-
-def modelopt(q: QuantizationConfig, by_name: Mapping[str, SourceTensor], where: str):
-    """quant_method ``modelopt``: NVFP4 weights (when the config says NVFP4) repacked, then
-    ``dequant_model``'s modelopt branch: each remaining ``*.weight_scale`` dequantizes its weight
-    (scales without a weight, and activation / k / v scales, are dropped). Mainline skips that
-    branch when NVFP4 left no ``*.weight_scale``."""
-    from .prequant import Prequantized, _pair
-
-    weights, consumed, added = split_nvfp4(q, by_name, where) if q.nvfp4 else ({}, set(), {})
-    rest = {n: t for n, t in by_name.items() if n not in consumed and n not in weights}
-    deq: dict = {}
-    if not q.nvfp4 or any(n.endswith((".weight_scale", ".weight_scale_inv")) for n in rest):
-        for n in rest:
-            if n.endswith(".weight_scale"):
-                w = n.removesuffix("_scale")
-                if w not in rest:
-                    consumed.add(n)
-                    continue
-                _pair(rest, n, w, None, rest[w].dtype in FP8_DTYPES, where, deq, consumed)
-            if n.endswith((".input_scale", ".k_scale", ".v_scale")):
-                consumed.add(n)
-    kinds = ["NVFP4"] * bool(weights) + ["FP8, per-tensor scales"] * bool(deq)
-    return Prequantized(f"modelopt {q.quant_algo or '?'}: {' + '.join(kinds) or 'nothing quantized'}",
-                        {**weights, **deq}, frozenset(consumed), added)
-
-
-def compressed_tensors_nvfp4(q: QuantizationConfig, by_name: Mapping[str, SourceTensor], where: str):
-    """compressed-tensors ``nvfp4-pack-quantized``: every weight repacked; mainline's
-    ``dequant_model`` then passes (anything left is not a tensor it maps)."""
-    from .prequant import Prequantized
-
-    weights, consumed, added = split_nvfp4(q, by_name, where)
-    return Prequantized("compressed-tensors NVFP4", dict(weights), frozenset(consumed), added)
 
 
 def repack(d: Nvfp4) -> np.ndarray:
