@@ -4,6 +4,7 @@ safetensors (torch for the FP8 dtype); ``ct_package``: compressed by the compres
 package itself (FP8 and pack-quantized), imported only there."""
 from __future__ import annotations
 
+import importlib.util
 import json
 import shutil
 from pathlib import Path
@@ -233,10 +234,12 @@ def mainline_refs(tmp: Path, cases: list[tuple[str, Path, tuple[str, ...]]]):
             in zip(cases, runs, codes)}, target
 
 
-def assert_converts_like_mainline(cli, tmp_path: Path, mainline, case: str) -> tuple[Path, tuple[int, dict[str, int]]]:
+def assert_converts_like_mainline(cli, tmp_path: Path, mainline, case: str,
+                                  load: bool = False) -> tuple[Path, tuple[int, dict[str, int]]]:
     """Our convert of ``case`` against mainline's: every key, every tensor's type and bytes (in
     mainline's order, but for a llama-quantize outtype, laid out in llama-quantize's order:
-    convert/outtypes.py). Returns (our file, (general.file_type, tensor count per type))."""
+    convert/outtypes.py); with ``load``, real llama.cpp loads ours (where llama-cpp-python is
+    installed). Returns (our file, (general.file_type, tensor count per type))."""
     from gguf import GGUFReader
 
     from tests.convert.llamacpp_reference import assert_same_summary, gguf_summary
@@ -259,4 +262,8 @@ def assert_converts_like_mainline(cli, tmp_path: Path, mainline, case: str) -> t
     types: dict[str, int] = {}
     for t in a.tensors:
         types[t.tensor_type.name] = types.get(t.tensor_type.name, 0) + 1
+    if load and importlib.util.find_spec("llama_cpp") is not None:
+        from tests.convert.llamacpp_reference import llama_load
+
+        assert llama_load(ours) == "LOADED"
     return ours, (a.fields["general.file_type"].contents(), types)

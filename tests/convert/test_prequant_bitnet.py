@@ -106,12 +106,8 @@ EXPECTED = {
 @pytest.mark.slow
 @pytest.mark.parametrize("case", list(EXPECTED))
 def test_matches_llama_cpp_converter_byte_for_byte(mainline, cli, tmp_path, case):
-    ours, types = assert_converts_like_mainline(cli, tmp_path, mainline[:2], case)
+    ours, types = assert_converts_like_mainline(cli, tmp_path, mainline[:2], case, load=True)
     assert types == EXPECTED[case]
-    from tests.convert.llamacpp_reference import llama_load
-
-    pytest.importorskip("llama_cpp")
-    assert llama_load(ours) == "LOADED"
 
 
 @pytest.mark.slow
