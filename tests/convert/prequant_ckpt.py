@@ -46,14 +46,20 @@ def write_checkpoint(dst: Path, tensors: dict, quantization_config: dict | None,
     return dst
 
 
-def fp8_block(dst: Path, *, block=(48, 48), scale_dtype=None, keep=(), act_scales=True, intermediate=None) -> Path:
-    """qwen3-flat with its 2-D weights as block-scaled F8_E4M3 (``W_scale_inv``) but those in ``keep``;
-    48 divides none of 32, 64, 256, so every edge block is partial. ``intermediate``: the MLP cut
-    to that width (240: ffn_down rows that are not whole Q8_0 blocks)."""
+def source_state(intermediate: int | None = None) -> dict:
+    """The qwen3-flat fixture's tensors, the MLP cut to width ``intermediate`` when given."""
     state = safetensors_torch.load_file(str(SOURCE / "model.safetensors"))
     if intermediate:
         state = {n: (w[:, :intermediate] if "down_proj" in n else w[:intermediate]) if ".mlp." in n else w
                  for n, w in state.items()}
+    return state
+
+
+def fp8_block(dst: Path, *, block=(48, 48), scale_dtype=None, keep=(), act_scales=True, intermediate=None) -> Path:
+    """qwen3-flat with its 2-D weights as block-scaled F8_E4M3 (``W_scale_inv``) but those in ``keep``;
+    48 divides none of 32, 64, 256, so every edge block is partial. ``intermediate``: the MLP cut
+    to that width (240: ffn_down rows that are not whole Q8_0 blocks)."""
+    state = source_state(intermediate)
     out = {}
     for n, w in state.items():
         if w.ndim == 2 and n not in keep:

@@ -10,7 +10,7 @@ from pathlib import Path
 import torch
 from safetensors import torch as safetensors_torch
 
-from tests.convert.prequant_ckpt import E4M3_MAX, SOURCE, _module_tree, write_checkpoint
+from tests.convert.prequant_ckpt import E4M3_MAX, SOURCE, _module_tree, source_state, write_checkpoint
 
 E2M1 = torch.tensor([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0])
 
@@ -38,10 +38,7 @@ def modelopt(dst: Path, *, algo: str = "NVFP4", layers: dict[str, str] | None = 
     FP8 modules F8_E4M3 with scalar scales, listed in hf_quant_config.json's quantized_layers;
     ``unit_scales``: modules whose scale2 and input_scale are 1.0 (not written by mainline);
     ``fc_input_scale``: fc's input scale, 1.0 by default (the DFlash loader reads no fc.input_scale)."""
-    state = safetensors_torch.load_file(str(SOURCE / "model.safetensors"))
-    if intermediate:
-        state = {n: (w[:, :intermediate] if "down_proj" in n else w[:intermediate]) if ".mlp." in n else w
-                 for n, w in state.items()}
+    state = source_state(intermediate)
     out = {}
     for n, w in state.items():
         m = n.removesuffix(".weight")
